@@ -1,0 +1,43 @@
+// Command podvisor is a Kubernetes node in one binary.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+const usage = `podvisor: a Kubernetes node in one binary.
+
+Usage:
+  podvisor up [flags]        start the control plane and the node agent
+  podvisor kubectl ARGS...   run kubectl against the local podvisor
+  podvisor version           print versions
+
+Run 'podvisor up -h' for its flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var err error
+	switch cmd {
+	case "up":
+		err = runUp(args)
+	case "kubectl":
+		kubectl(args) // exits
+	case "version", "--version":
+		versionCmd()
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "podvisor: unknown command %q\n\n%s", cmd, usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podvisor: %v\n", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/up"
+)
+
+func runUp(args []string) error {
+	fs := flag.NewFlagSet("podvisor up", flag.ContinueOnError)
+	var o up.Options
+	fs.StringVar(&o.DataDir, "data-dir", datadir.Default(), "directory for all state (etcd, PKI, pods)")
+	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API on 127.0.0.1")
+	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of the node agent's API (logs, exec)")
+	fs.StringVar(&o.NodeName, "node-name", "", "name of the node (default: the hostname)")
+	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
+	fs.IntVar(&o.TerminatedPodGCThreshold, "terminated-pod-gc-threshold", 12500, "terminated pods kept before the pod GC deletes the oldest")
+	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("up takes no arguments, got %q", fs.Args())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return up.Run(ctx, o, os.Stdout, os.Stderr)
+}

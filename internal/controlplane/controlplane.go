@@ -1,0 +1,259 @@
+// Package controlplane runs the upstream Kubernetes control plane (etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler) inside the podvisor
+// process, with a PKI and kubeconfigs generated once into the data directory.
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
+)
+
+// ServiceIP is the first address of the service range: the `kubernetes` service.
+const (
+	ServiceCIDR = "10.43.0.0/16"
+	ServiceIP   = "10.43.0.1"
+)
+
+// Config says where and how the control plane runs.
+type Config struct {
+	DataDir                  string
+	APIPort                  int
+	NodeName                 string
+	HostIP                   net.IP // advertised address; nil when the machine has none
+	EtcdClientPort           int
+	EtcdPeerPort             int
+	TerminatedPodGCThreshold int
+	LogFile                  string
+}
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	cfg    Config
+	pki    PKI
+	etcd   *embed.Etcd
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+}
+
+// Paths of the files other parts of podvisor use.
+func AdminKubeconfig(dataDir string) string { return filepath.Join(dataDir, "admin.kubeconfig") }
+func NodeKubeconfig(dataDir string) string {
+	return filepath.Join(dataDir, "kubeconfigs", "node.kubeconfig")
+}
+func PKIDir(dataDir string) string { return filepath.Join(dataDir, "pki") }
+
+// Prepare creates the PKI and kubeconfigs; it is idempotent.
+func Prepare(cfg Config) error {
+	p := PKI{Dir: PKIDir(cfg.DataDir)}
+	var ips []net.IP
+	if cfg.HostIP != nil {
+		ips = append(ips, cfg.HostIP)
+	}
+	if err := p.Ensure(cfg.NodeName, ips); err != nil {
+		return err
+	}
+	server := "https://127.0.0.1:" + strconv.Itoa(cfg.APIPort)
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "kubeconfigs"), 0o700); err != nil {
+		return err
+	}
+	// Rewritten at every start: the API port may differ from the last run.
+	for path, stem := range map[string]string{
+		AdminKubeconfig(cfg.DataDir):                      "admin",
+		NodeKubeconfig(cfg.DataDir):                       "node",
+		kubeconfigPath(cfg.DataDir, "controller-manager"): "controller-manager",
+		kubeconfigPath(cfg.DataDir, "scheduler"):          "scheduler",
+	} {
+		if err := p.writeKubeconfig(path, server, stem); err != nil {
+			return fmt.Errorf("kubeconfig %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+func kubeconfigPath(dataDir, name string) string {
+	return filepath.Join(dataDir, "kubeconfigs", name+".kubeconfig")
+}
+
+// Start runs etcd, then the API server, then the controller manager and the
+// scheduler, and returns once the API server answers /readyz.
+func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
+	if err := Prepare(cfg); err != nil {
+		return nil, err
+	}
+	// Every component applies logging configuration; only the first may change it.
+	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+
+	cp := &ControlPlane{cfg: cfg, pki: PKI{Dir: PKIDir(cfg.DataDir)}, errs: make(chan error, 4)}
+	e, err := startEtcd(filepath.Join(cfg.DataDir, "etcd"), cfg.EtcdClientPort, cfg.EtcdPeerPort, cfg.LogFile)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+	cp.etcd = e
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cp.cancel = cancel
+
+	run, err := runAPIServer(cctx, cp.apiserverArgs())
+	if err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("kube-apiserver: %w", err)
+	}
+	cp.goRun("kube-apiserver", run)
+	if err := cp.waitReady(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	run, err = runControllerManager(cctx, cp.controllerManagerArgs())
+	if err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("kube-controller-manager: %w", err)
+	}
+	cp.goRun("kube-controller-manager", run)
+	run, err = runScheduler(cctx, cp.schedulerArgs())
+	if err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("kube-scheduler: %w", err)
+	}
+	cp.goRun("kube-scheduler", run)
+	return cp, nil
+}
+
+// Err reports a component that stopped on its own.
+func (cp *ControlPlane) Err() <-chan error { return cp.errs }
+
+func (cp *ControlPlane) goRun(name string, run func() error) {
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		if err := run(); err != nil {
+			select {
+			case cp.errs <- fmt.Errorf("%s: %w", name, err):
+			default:
+			}
+		}
+	}()
+}
+
+// Stop cancels the components, waits for them (bounded), then closes etcd.
+func (cp *ControlPlane) Stop() {
+	if cp.cancel != nil {
+		cp.cancel()
+	}
+	done := make(chan struct{})
+	go func() { cp.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+	}
+	if cp.etcd != nil {
+		cp.etcd.Close()
+	}
+}
+
+func (cp *ControlPlane) waitReady(ctx context.Context) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(cp.cfg.DataDir))
+	if err != nil {
+		return err
+	}
+	rt, err := rest.TransportFor(rc)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: rt, Timeout: 2 * time.Second}
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-cp.errs:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		resp, err := hc.Get(rc.Host + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return errors.New("kube-apiserver did not become ready within 2m")
+}
+
+func (cp *ControlPlane) apiserverArgs() []string {
+	p, c := cp.pki, cp.cfg
+	args := []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.EtcdClientPort),
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(c.APIPort),
+		"--client-ca-file=" + p.Path(caCert),
+		"--tls-cert-file=" + p.Path(apiserverCert),
+		"--tls-private-key-file=" + p.Path(apiserverKey),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.Path(saPub),
+		"--service-account-signing-key-file=" + p.Path(saKey),
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--kubelet-client-certificate=" + p.Path(kubeletClientCert),
+		"--kubelet-client-key=" + p.Path(kubeletClientKey),
+		"--kubelet-certificate-authority=" + p.Path(caCert),
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--enable-bootstrap-token-auth=false",
+	}
+	if c.HostIP != nil {
+		args = append(args, "--advertise-address="+c.HostIP.String())
+	} else {
+		// No routable address: nothing outside this machine can reach the API anyway.
+		args = append(args, "--endpoint-reconciler-type=none", "--advertise-address=10.43.255.254")
+	}
+	return args
+}
+
+func (cp *ControlPlane) controllerManagerArgs() []string {
+	p, c := cp.pki, cp.cfg
+	kc := kubeconfigPath(c.DataDir, "controller-manager")
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--service-account-private-key-file=" + p.Path(saKey),
+		"--root-ca-file=" + p.Path(caCert),
+		"--use-service-account-credentials=true",
+		"--cluster-signing-cert-file=" + p.Path(caCert),
+		"--cluster-signing-key-file=" + p.Path(caKey),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.TerminatedPodGCThreshold),
+		"--profiling=false",
+	}
+}
+
+func (cp *ControlPlane) schedulerArgs() []string {
+	kc := kubeconfigPath(cp.cfg.DataDir, "scheduler")
+	return []string{
+		"--kubeconfig=" + kc,
+		"--authentication-kubeconfig=" + kc,
+		"--authorization-kubeconfig=" + kc,
+		"--secure-port=0",
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+}

@@ -1,0 +1,245 @@
+package controlplane
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// PKI is the set of keys and certificates podvisor generates once into DIR/pki.
+// Every file is created only when missing, so a restart keeps the same CA.
+type PKI struct {
+	Dir string
+}
+
+// File names inside the PKI directory.
+const (
+	caCert            = "ca.crt"
+	caKey             = "ca.key"
+	apiserverCert     = "apiserver.crt"
+	apiserverKey      = "apiserver.key"
+	saKey             = "service-account.key"
+	saPub             = "service-account.pub"
+	kubeletClientCert = "apiserver-kubelet-client.crt"
+	kubeletClientKey  = "apiserver-kubelet-client.key"
+)
+
+// Path returns the absolute path of a file in the PKI directory.
+func (p PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
+
+// certSpec describes one leaf certificate.
+type certSpec struct {
+	name   string // file stem
+	cn     string
+	orgs   []string
+	usages []x509.ExtKeyUsage
+	dns    []string
+	ips    []net.IP
+}
+
+func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
+	if exists(p.Path(caCert)) && exists(p.Path(caKey)) {
+		return loadPair(p.Path(caCert), p.Path(caKey))
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "podvisor-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.AddDate(10, 0, 0),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	if err := writePair(p.Path(caCert), p.Path(caKey), der, key); err != nil {
+		return nil, nil, err
+	}
+	return cert, key, nil
+}
+
+// ensureLeaf creates the certificate named by spec unless it already exists.
+func (p PKI) ensureLeaf(ca *x509.Certificate, caSigner crypto.Signer, s certSpec) error {
+	crt, key := p.Path(s.name+".crt"), p.Path(s.name+".key")
+	if exists(crt) && exists(key) {
+		return nil
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: s.cn, Organization: s.orgs},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.AddDate(10, 0, 0),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  s.usages,
+		DNSNames:     s.dns,
+		IPAddresses:  s.ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caSigner)
+	if err != nil {
+		return err
+	}
+	return writePair(crt, key, der, k)
+}
+
+// Ensure creates every key and certificate the control plane and the agent need.
+// hostIPs and hostNames are added to the serving certificates.
+func (p PKI) Ensure(nodeName string, hostIPs []net.IP) error {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
+		return err
+	}
+	ca, signer, err := p.ensureCA()
+	if err != nil {
+		return fmt.Errorf("certificate authority: %w", err)
+	}
+	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	ips := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ServiceIP)}, hostIPs...)
+	specs := []certSpec{
+		{name: "apiserver", cn: "kube-apiserver", usages: server, ips: ips,
+			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, usages: client},
+		{name: "admin", cn: "admin", orgs: []string{"system:masters"}, usages: client},
+		{name: "controller-manager", cn: "system:kube-controller-manager", usages: client},
+		{name: "scheduler", cn: "system:kube-scheduler", usages: client},
+		{name: "node", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}, usages: client},
+		{name: "agent-serving", cn: nodeName, usages: server, ips: ips, dns: []string{"localhost", nodeName}},
+	}
+	for _, s := range specs {
+		if err := p.ensureLeaf(ca, signer, s); err != nil {
+			return fmt.Errorf("certificate %s: %w", s.name, err)
+		}
+	}
+	return p.ensureServiceAccountKey()
+}
+
+// IssueClient signs a fresh client certificate (not stored); tests use it for
+// identities with no rights.
+func (p PKI) IssueClient(cn string, orgs []string) (certPEM, keyPEM []byte, err error) {
+	ca, signer, err := loadPair(p.Path(caCert), p.Path(caKey))
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), signer)
+	if err != nil {
+		return nil, nil, err
+	}
+	kd, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), nil
+}
+
+// The service-account signing key is RSA: every token consumer accepts it.
+func (p PKI) ensureServiceAccountKey() error {
+	if exists(p.Path(saKey)) && exists(p.Path(saPub)) {
+		return nil
+	}
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(p.Path(saKey), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
+		return err
+	}
+	return writeFile(p.Path(saPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	return n
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+func writePair(crtPath, keyPath string, der []byte, key *ecdsa.PrivateKey) error {
+	kd, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := writeFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kd}), 0o600); err != nil {
+		return err
+	}
+	return writeFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// writeFile writes atomically so an interrupted first start never leaves half a key.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func loadPair(crtPath, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+	cb, err := os.ReadFile(crtPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	kb, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	cblock, _ := pem.Decode(cb)
+	kblock, _ := pem.Decode(kb)
+	if cblock == nil || kblock == nil {
+		return nil, nil, errors.New("malformed PEM in " + crtPath)
+	}
+	cert, err := x509.ParseCertificate(cblock.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := x509.ParsePKCS8PrivateKey(kblock.Bytes)
+	if err != nil {
+		return nil, nil, err
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, errors.New("CA key is not a signer")
+	}
+	return cert, signer, nil
+}

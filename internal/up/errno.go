@@ -1,0 +1,5 @@
+package up
+
+import "syscall"
+
+var errAddrInUse = syscall.EADDRINUSE

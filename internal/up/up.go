@@ -1,0 +1,232 @@
+// Package up runs `podvisor up`: checks the data directory, ports and
+// configuration, then starts the control plane and the node agent.
+package up
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/podvisor/podvisor/internal/agent"
+	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/node"
+)
+
+// Options are the flags of `podvisor up`.
+type Options struct {
+	DataDir                  string
+	APIPort                  int
+	AgentPort                int
+	NodeName                 string
+	ConfigFile               string
+	TerminatedPodGCThreshold int
+	Verbose                  bool // component logs to stderr as well as the log file
+}
+
+// Run starts podvisor and blocks until ctx ends, then stops everything.
+// The ready line goes to stdout; a warning about ignored config goes to stderr.
+func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	kc, ignored, err := config.Load(o.ConfigFile)
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return err
+	}
+	st, err := datadir.Open(dir)
+	if err != nil {
+		return err
+	}
+	if o.NodeName == "" {
+		o.NodeName = defaultNodeName()
+	}
+	if st.NodeName != "" && st.NodeName != o.NodeName {
+		return fmt.Errorf("data dir %s belongs to node %q, not %q (use another --data-dir)", dir, st.NodeName, o.NodeName)
+	}
+	st.NodeName = o.NodeName
+	if err := checkPort("127.0.0.1", o.APIPort, "--api-port"); err != nil {
+		return err
+	}
+	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
+		return err
+	}
+	if err := pickEtcdPorts(&st, dir); err != nil {
+		return err
+	}
+	if err := datadir.Save(dir, st); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	logFile := filepath.Join(dir, "podvisor.log")
+	log, closeLog, err := setupLogging(logFile, o.Verbose, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	if len(ignored) > 0 {
+		fmt.Fprintf(stderr, "podvisor: warning: %s sets fields podvisor does not implement yet (ignored): %s\n",
+			o.ConfigFile, strings.Join(ignored, ", "))
+	}
+
+	hostIP := node.HostIP()
+	cp, err := controlplane.Start(ctx, controlplane.Config{
+		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
+		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
+		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, LogFile: logFile,
+	})
+	if err != nil {
+		return fmt.Errorf("control plane: %w", err)
+	}
+	defer cp.Stop()
+
+	actx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	ag, err := agent.New(agent.Config{
+		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
+		Kubeconfig: controlplane.NodeKubeconfig(dir), Kubelet: kc, Log: log,
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := ag.Start(actx); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := waitNodeReady(ctx, datadir.AdminKubeconfig(dir), o.NodeName); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
+	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+		return nil
+	case err := <-cp.Err():
+		return fmt.Errorf("control plane stopped: %w", err)
+	}
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "podvisor"
+	}
+	return strings.ToLower(h)
+}
+
+// checkPort fails with a one-line error when the port cannot be bound.
+func checkPort(host string, port int, flag string) error {
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("%s %d is not a valid port", flag, port)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(port)))
+	if err != nil {
+		if errors.Is(err, errAddrInUse) || strings.Contains(err.Error(), "address already in use") {
+			return fmt.Errorf("port %d (%s) is already in use", port, flag)
+		}
+		return fmt.Errorf("port %d (%s): %v", port, flag, err)
+	}
+	return l.Close()
+}
+
+// pickEtcdPorts keeps the ports of an earlier run, else prefers etcd's usual
+// 2379/2380 and falls back to free ones.
+func pickEtcdPorts(st *datadir.State, dir string) error {
+	if st.EtcdClientPort != 0 {
+		for _, p := range []int{st.EtcdClientPort, st.EtcdPeerPort} {
+			if err := checkPort("127.0.0.1", p, "etcd"); err != nil {
+				return fmt.Errorf("etcd port %d recorded in %s is already in use", p, filepath.Join(dir, "podvisor.json"))
+			}
+		}
+		return nil
+	}
+	if checkPort("127.0.0.1", 2379, "") == nil && checkPort("127.0.0.1", 2380, "") == nil {
+		st.EtcdClientPort, st.EtcdPeerPort = 2379, 2380
+		return nil
+	}
+	var err error
+	if st.EtcdClientPort, err = freePort(); err != nil {
+		return err
+	}
+	st.EtcdPeerPort, err = freePort()
+	return err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// setupLogging sends the components' klog output and the agent's slog output
+// to the log file (and stderr too when verbose).
+func setupLogging(path string, verbose bool, stderr io.Writer) (*slog.Logger, func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log file: %w", err)
+	}
+	var w io.Writer = f
+	if verbose {
+		w = io.MultiWriter(f, stderr)
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(w)
+	log := slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(log)
+	return log, func() { klog.Flush(); f.Close() }, nil
+}
+
+func waitNodeReady(ctx context.Context, kubeconfig, name string) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("node %s did not become Ready within 1m", name)
+}
+
+func init() {
+	// klog copies errors to stderr unless told otherwise; podvisor's stderr is
+	// for its own one-line messages, the components' logs go to the log file.
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("stderrthreshold", "FATAL")
+	_ = fs.Set("logtostderr", "false")
+}
