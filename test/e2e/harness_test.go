@@ -1,0 +1,252 @@
+// Package e2e drives a real `podvisor up` through the Kubernetes API.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// binary is the podvisor built once for the whole package.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "podvisor-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "podvisor")
+	build := exec.Command("go", "build", "-o", binary, "./cmd/podvisor")
+	build.Dir = moduleRoot()
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building podvisor:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func moduleRoot() string {
+	wd, _ := os.Getwd()
+	for d := wd; d != "/"; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+	}
+	return wd
+}
+
+// Podvisor is one running `podvisor up`.
+type Podvisor struct {
+	t        *testing.T
+	DataDir  string
+	APIPort  int
+	Agent    int
+	NodeName string
+	Args     []string
+	cmd      *exec.Cmd
+	stderr   *syncBuffer
+	exited   chan struct{}
+	exitErr  error
+	Admin    *kubernetes.Clientset
+	AdminCfg *rest.Config
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// NewPodvisor prepares a podvisor on free ports and a fresh data dir.
+func NewPodvisor(t *testing.T, extra ...string) *Podvisor {
+	t.Helper()
+	return &Podvisor{t: t, DataDir: t.TempDir(), APIPort: freePort(t), Agent: freePort(t),
+		NodeName: "node-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Args: extra}
+}
+
+// Start runs podvisor up and waits for the ready line.
+func (p *Podvisor) Start() {
+	p.t.Helper()
+	args := append([]string{"up", "--data-dir", p.DataDir, "--api-port", fmt.Sprint(p.APIPort),
+		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName}, p.Args...)
+	p.cmd = exec.Command(binary, args...)
+	p.stderr = &syncBuffer{}
+	p.cmd.Stderr = p.stderr
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	started := time.Now()
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	lines := make(chan string, 16)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	go func() { p.exitErr = p.cmd.Wait(); close(p.exited) }()
+	p.t.Cleanup(p.Stop)
+	want := "podvisor is ready: export KUBECONFIG=" + filepath.Join(p.DataDir, "admin.kubeconfig")
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			<-p.exited
+			p.t.Fatalf("podvisor exited before ready: %v\nstderr:\n%s", p.exitErr, p.stderr)
+		}
+		if line != want {
+			p.t.Fatalf("first stdout line = %q, want %q", line, want)
+		}
+	case <-time.After(3 * time.Minute):
+		p.t.Fatalf("podvisor not ready after 3m; stderr:\n%s", p.stderr)
+	}
+	p.t.Logf("podvisor ready in %v", time.Since(started).Round(time.Millisecond))
+	go func() {
+		for line := range lines {
+			p.t.Logf("unexpected stdout line: %q", line)
+		}
+	}()
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(p.DataDir, "admin.kubeconfig"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	p.AdminCfg = cfg
+	p.Admin = kubernetes.NewForConfigOrDie(cfg)
+}
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (p *Podvisor) Stop() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		p.t.Errorf("podvisor did not stop within 60s of SIGTERM")
+	}
+}
+
+// ExitCode is the exit status after Stop.
+func (p *Podvisor) ExitCode() int {
+	<-p.exited
+	return p.cmd.ProcessState.ExitCode()
+}
+
+func (p *Podvisor) Stderr() string { return p.stderr.String() }
+
+// Eventually polls cond until it returns true or the deadline passes.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %v waiting for %s (last error: %v)", timeout, what, lastErr)
+}
+
+// WaitServiceAccount waits until the controller manager made the default
+// service account of ns, as a user of a real cluster would.
+func (p *Podvisor) WaitServiceAccount(ns string) {
+	p.t.Helper()
+	Eventually(p.t, 60*time.Second, "service account default/"+ns, func() (bool, error) {
+		_, err := p.Admin.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil, err
+	})
+}
+
+// Namespace creates a fresh namespace for a test and waits for its service account.
+func (p *Podvisor) Namespace(name string) string {
+	p.t.Helper()
+	_, err := p.Admin.CoreV1().Namespaces().Create(context.Background(),
+		&v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		p.t.Fatal(err)
+	}
+	p.WaitServiceAccount(name)
+	return name
+}
+
+// runPodvisor runs the binary to completion (for commands that must fail fast).
+func runPodvisor(t *testing.T, timeout time.Duration, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("podvisor %v did not finish within %v", args, timeout)
+	}
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), code
+}
+
+var _ = io.Discard
