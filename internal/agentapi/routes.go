@@ -1,0 +1,55 @@
+package agentapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// handler routes the kubelet API paths podvisor serves; every path requires
+// an authorized client.
+func (s *Server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	if s.cfg.Pods != nil {
+		mux.HandleFunc("GET /pods", s.pods)
+	}
+	if s.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{
+			ErrorLog: slogPrinter{s.cfg.Log},
+		}))
+	}
+	for _, p := range []string{"/exec/", "/attach/", "/portForward/", "/run/"} {
+		mux.HandleFunc(p, notImplemented)
+	}
+	return s.authorize(mux)
+}
+
+func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
+	list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []v1.Pod{}}
+	for _, p := range s.cfg.Pods() {
+		list.Items = append(list.Items, *p)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&list); err != nil {
+		s.cfg.Log.Debug("agent API: writing /pods", "err", err)
+	}
+}
+
+func notImplemented(w http.ResponseWriter, r *http.Request) {
+	http.Error(w, "podvisor's agent does not implement "+r.URL.Path+" yet: exec, attach, port-forward and run are not supported", http.StatusNotImplemented)
+}
+
+// slogPrinter lets promhttp report errors through the server's logger.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Error("agent API: metrics", "err", fmt.Sprint(v...)) }

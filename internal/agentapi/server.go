@@ -1,0 +1,142 @@
+// Package agentapi is the agent's HTTPS API on the kubelet port: the subset
+// of the kubelet API the kube-apiserver calls (container logs, health,
+// metrics, pods), for clients with a certificate of the cluster CA.
+package agentapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// DefaultAddr is the kubelet's port.
+const DefaultAddr = ":10250"
+
+// Config is what the server needs.
+type Config struct {
+	Addr         string // host:port; empty means DefaultAddr
+	CertFile     string // serving certificate (PEM), e.g. <pki>/agent-serving.crt
+	KeyFile      string // its key, e.g. <pki>/agent-serving.key
+	ClientCAFile string // CA that client certificates must chain to, e.g. <pki>/ca.crt
+	Logs         LogSource
+	Pods         func() []*v1.Pod     // optional: serves /pods
+	Metrics      *prometheus.Registry // optional: serves /metrics
+	Clock        clock.Clock          // optional: "now" for sinceSeconds
+	Log          *slog.Logger
+}
+
+// Server serves the agent API. Listen (optional) then Run, once, from one goroutine.
+type Server struct {
+	cfg Config
+	tls *tls.Config
+	ln  net.Listener
+}
+
+// New checks cfg and loads the certificates it names.
+func New(cfg Config) (*Server, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	switch {
+	case cfg.CertFile == "" || cfg.KeyFile == "":
+		return nil, errors.New("agent API: serving certificate and key are required")
+	case cfg.ClientCAFile == "":
+		return nil, errors.New("agent API: client CA file is required")
+	case cfg.Logs == nil:
+		return nil, errors.New("agent API: a log source is required")
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent API: serving certificate: %w", err)
+	}
+	caPEM, err := os.ReadFile(cfg.ClientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("agent API: client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("agent API: client CA: no certificate in %s", cfg.ClientCAFile)
+	}
+	return &Server{cfg: cfg, tls: &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}}, nil
+}
+
+// Listen binds the address, so that a port in use is reported before Run.
+// The error wraps the system's (errors.Is(err, syscall.EADDRINUSE)).
+func (s *Server) Listen() error {
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("agent API: %w", err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the bound address, nil before Listen.
+func (s *Server) Addr() net.Addr {
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// shutdownGrace bounds how long Run waits for requests in flight once ctx is done.
+const shutdownGrace = 5 * time.Second
+
+// Run serves until ctx is cancelled, then shuts down gracefully: requests in
+// flight (followed logs included, their contexts derive from ctx) end first.
+// It listens first if Listen was not called.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           s.handler(),
+		TLSConfig:         s.tls,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// TLS handshake failures (a client without a certificate) are routine.
+		ErrorLog: slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
+	}
+	s.cfg.Log.Info("agent API listening", "addr", s.ln.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeTLS(s.ln, "", "") }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("agent API: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		s.cfg.Log.Warn("agent API: requests still running at shutdown", "err", err)
+		srv.Close()
+	}
+	<-served
+	return nil
+}
