@@ -28,6 +28,8 @@ func main() {
 		err = runUp(args)
 	case "kubectl":
 		kubectl(args) // exits
+	case shimCommand:
+		shim(args) // exits
 	case "version", "--version":
 		versionCmd()
 	case "-h", "--help", "help":

@@ -1,5 +1,6 @@
-// Package agent wires the node agent: node registration and heartbeat, and
-// (as they land) the pod source, pod workers, runtime, probes and agent API.
+// Package agent wires the node agent: node registration and heartbeat, the pod
+// source, the pod workers, the process runtime, the status manager, events and
+// the agent API.
 package agent
 
 import (
@@ -7,12 +8,28 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"strconv"
+	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/agentapi"
 	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/podsource"
+	"github.com/podvisor/podvisor/internal/podworker"
+	"github.com/podvisor/podvisor/internal/runtime/process"
+	"github.com/podvisor/podvisor/internal/status"
 )
 
 // Config is what the agent needs to run.
@@ -21,6 +38,7 @@ type Config struct {
 	HostIP     net.IP
 	AgentPort  int
 	DataDir    string
+	PKIDir     string
 	Kubeconfig string // the node's own credentials
 	Kubelet    config.Config
 	Log        *slog.Logger
@@ -28,12 +46,18 @@ type Config struct {
 
 // Agent is a running node agent.
 type Agent struct {
-	cfg    Config
-	client kubernetes.Interface
-	node   *node.Manager
+	cfg     Config
+	client  kubernetes.Interface
+	node    *node.Manager
+	api     *agentapi.Server
+	runtime *process.Runtime
+	workers *podworker.Manager
+	status  *status.Manager
+	source  *podsource.Source
+	events  record.EventBroadcaster
 }
 
-// New builds the agent's parts; nothing runs until Start.
+// New builds the agent's parts and binds the agent port; nothing runs until Start.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -42,12 +66,13 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent kubeconfig: %w", err)
 	}
-	rc.QPS, rc.Burst = 50, 100
+	rc.QPS, rc.Burst = 100, 200
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	nm, err := node.New(node.Config{
+	a := &Agent{cfg: cfg, client: client}
+	a.node, err = node.New(node.Config{
 		Name: cfg.NodeName, HostIP: cfg.HostIP, AgentPort: int32(cfg.AgentPort), DataDir: cfg.DataDir,
 		MaxPods:               cfg.Kubelet.MaxPods,
 		StatusUpdateFrequency: cfg.Kubelet.NodeStatusUpdateFrequency,
@@ -58,14 +83,95 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, client: client, node: nm}, nil
+	agentDir := filepath.Join(cfg.DataDir, "agent")
+	a.runtime, err = process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+
+	a.events = record.NewBroadcaster()
+	recorder := a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+
+	var source *podsource.Source
+	a.status = status.New(client, func(uid types.UID) (*v1.Pod, bool) {
+		if source == nil {
+			return nil, false
+		}
+		return source.Get(uid)
+	}, cfg.Log)
+
+	hostIP := "127.0.0.1"
+	if cfg.HostIP != nil {
+		hostIP = cfg.HostIP.String()
+	}
+	lc := lifecycle.DefaultConfig()
+	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
+	a.workers, err = podworker.New(podworker.Config{
+		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
+		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable,
+		Runtime: a.runtime, Status: a.status, Recorder: recorder, Client: client,
+		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	source, err = podsource.New(client, cfg.NodeName, a.workers)
+	if err != nil {
+		return nil, err
+	}
+	a.source = source
+
+	a.api, err = agentapi.New(agentapi.Config{
+		Addr:         net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
+		CertFile:     filepath.Join(cfg.PKIDir, "agent-serving.crt"),
+		KeyFile:      filepath.Join(cfg.PKIDir, "agent-serving.key"),
+		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
+		Logs:         a.workers,
+		Pods:         a.workers.Pods,
+		Log:          cfg.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := a.api.Listen(); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
-// Start registers the node and starts the agent's loops; they stop with ctx.
+// allocatable reads the node's allocatable from the API (for admission).
+func (a *Agent) allocatable() v1.ResourceList {
+	n, err := a.client.CoreV1().Nodes().Get(context.Background(), a.cfg.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	return n.Status.Allocatable
+}
+
+// Start registers the node, re-adopts running containers, starts the pod
+// source and cleans up what the API no longer has; the loops stop with ctx.
 func (a *Agent) Start(ctx context.Context) error {
 	if err := a.node.Register(ctx); err != nil {
 		return err
 	}
 	go a.node.Run(ctx)
+	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); a.events.Shutdown() }()
+	go a.status.Run(ctx, 4)
+	go func() {
+		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Error("agent API stopped", "err", err)
+		}
+	}()
+	if err := a.workers.Start(ctx); err != nil {
+		return err
+	}
+	if err := a.source.Start(ctx); err != nil {
+		return err
+	}
+	// Give workers of existing pods their first sync before deciding what is orphaned.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	a.workers.CleanupOrphans(cctx)
 	return nil
 }

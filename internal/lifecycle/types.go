@@ -48,6 +48,10 @@ type ContainerRecord struct {
 	// Waiting, when set, is a reason the agent could not create the container
 	// (CreateContainerConfigError, RunContainerError) with its message.
 	Waiting *v1.ContainerStateWaiting
+	// WaitingSince is when Waiting was recorded: the core plans the next
+	// attempt InitialBackOff (capped at MaxBackOff) later, and sets WakeAt
+	// to it. Zero: retry at once.
+	WaitingSince time.Time
 	// Stopping is true while the agent is stopping Current (a kill is in
 	// flight): the core must not plan another kill or a start for it.
 	Stopping bool

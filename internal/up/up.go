@@ -99,7 +99,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	defer stopAgent()
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
-		Kubeconfig: controlplane.NodeKubeconfig(dir), Kubelet: kc, Log: log,
+		Kubeconfig: controlplane.NodeKubeconfig(dir), PKIDir: controlplane.PKIDir(dir), Kubelet: kc, Log: log,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -210,16 +210,25 @@ func waitNodeReady(ctx context.Context, kubeconfig, name string) error {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue {
-					return nil
-				}
+		if err == nil && nodeIsReady(n) {
+			// The first thing a user does is create a pod in "default": that
+			// needs the service account the controller manager makes.
+			if _, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
+				return nil
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("node %s did not become Ready within 1m", name)
+}
+
+func nodeIsReady(n *v1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == v1.NodeReady {
+			return cond.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func init() {

@@ -40,14 +40,16 @@ type instanceConfig struct {
 
 // instanceState is state.json.
 type instanceState struct {
-	State      string    `json:"state"` // runtime.State.String()
-	Pid        int       `json:"pid,omitempty"`
-	StartedAt  time.Time `json:"startedAt,omitzero"`
-	FinishedAt time.Time `json:"finishedAt,omitzero"`
-	ExitCode   int32     `json:"exitCode"`
-	Signal     int32     `json:"signal,omitempty"`
-	Reason     string    `json:"reason,omitempty"`
-	Message    string    `json:"message,omitempty"`
+	State string `json:"state"` // runtime.State.String()
+	Pid   int    `json:"pid,omitempty"`
+	// PidStartTime guards signals to Pid's group against pid reuse.
+	PidStartTime uint64    `json:"pidStartTime,omitempty"`
+	StartedAt    time.Time `json:"startedAt,omitzero"`
+	FinishedAt   time.Time `json:"finishedAt,omitzero"`
+	ExitCode     int32     `json:"exitCode"`
+	Signal       int32     `json:"signal,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	Message      string    `json:"message,omitempty"`
 	// Cgroups are the directories of the container's cgroups (one per v1
 	// hierarchy, or one v2 directory); empty when none could be made.
 	Cgroups []string `json:"cgroups,omitempty"`

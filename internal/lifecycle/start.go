@@ -1,0 +1,114 @@
+package lifecycle
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Event reasons the core decides on.
+const EventBackOff = "BackOff"
+
+// planRun is the plan of a pod that is not ending: kill what its liveness
+// or startup probe condemned, then start what is due.
+func (p *podState) planRun() []Action {
+	var actions []Action
+	for _, c := range p.containers {
+		if c.rec.Current != nil && c.rec.Current.State == StateRunning && c.probe.Unhealthy && !c.busy() {
+			actions = append(actions, p.killUnhealthy(c))
+		}
+	}
+	if !p.s.SandboxReady {
+		return actions
+	}
+	if !p.initialized {
+		// Init containers one at a time in spec order (§11): a regular one
+		// must complete, a sidecar must be started, before the next begins.
+		for _, c := range p.containers {
+			if !c.init {
+				break
+			}
+			if c.completed() || (c.sidecar && c.started()) {
+				continue
+			}
+			if !c.busy() {
+				actions = p.appendStart(actions, c)
+			}
+			break
+		}
+		return actions
+	}
+	// Initialized: sidecars and regular containers are (re)started on their
+	// own, all in the same plan.
+	for _, c := range p.containers {
+		if (c.sidecar || c.regular()) && !c.busy() {
+			actions = p.appendStart(actions, c)
+		}
+	}
+	return actions
+}
+
+// appendStart adds the start of c when one is due now: a first start, or a
+// restart past its back-off. It notes when to look again otherwise.
+func (p *podState) appendStart(actions []Action, c *container) []Action {
+	cur := c.rec.Current
+	if cur != nil && !c.restart {
+		return actions // running, starting up, or done for good
+	}
+	if at := c.waitingRetryAt(p.cfg); !at.IsZero() && p.now.Before(at) {
+		p.wakeAt(at)
+		return actions
+	}
+	if cur == nil {
+		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init})
+	}
+	if c.backOff {
+		return actions // WakeAt and the event come from the status pass
+	}
+	e, found := p.backOff[c.name()]
+	p.backOff[c.name()] = p.cfg.nextBackOff(e, found, cur.FinishedAt, p.now)
+	return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: cur.Attempt + 1})
+}
+
+// killUnhealthy stops a container its liveness or startup probe condemned;
+// once it exited, the restart policy applies as for any exit (§6).
+func (p *podState) killUnhealthy(c *container) Action {
+	grace := podGrace(p.pod)
+	if g := c.probe.Grace; g != nil {
+		grace = time.Duration(max(*g, 0)) * time.Second
+	}
+	return Action{Kind: ActionKill, Container: c.name(), Init: c.init, Grace: grace, Message: c.probe.KillMessage}
+}
+
+// backOffEvents is the BackOff event of every container in back-off whose
+// published status did not already show this back-off, so that one crash
+// gives one event however often Compute runs.
+func (p *podState) backOffEvents(init, regular []v1.ContainerStatus) []Event {
+	var events []Event
+	for _, list := range [][]v1.ContainerStatus{init, regular} {
+		for i := range list {
+			st := &list[i]
+			if st.State.Waiting == nil || st.State.Waiting.Reason != ReasonCrashLoopBackOff {
+				continue
+			}
+			if old := p.publishedStatus(st.Name); old != nil && old.State.Waiting != nil &&
+				old.State.Waiting.Reason == ReasonCrashLoopBackOff && old.ContainerID == st.ContainerID {
+				continue
+			}
+			events = append(events, Event{
+				Container: st.Name,
+				Type:      v1.EventTypeWarning,
+				Reason:    EventBackOff,
+				Message:   "Back-off restarting failed container " + st.Name + " in pod " + podRef(p.pod),
+			})
+		}
+	}
+	return events
+}
+
+func (p *podState) publishedStatus(name string) *v1.ContainerStatus {
+	if st := statusOf(p.pod.Status.InitContainerStatuses, name); st != nil {
+		return st
+	}
+	return statusOf(p.pod.Status.ContainerStatuses, name)
+}

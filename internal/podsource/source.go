@@ -1,0 +1,80 @@
+// Package podsource watches the pods bound to this node and hands every change
+// to a Handler; informer callbacks only hand over, they never block on work.
+package podsource
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Handler receives pod changes.
+type Handler interface {
+	UpdatePod(pod *v1.Pod)
+	RemovePod(pod *v1.Pod)
+}
+
+// Source is the informer on pods with spec.nodeName = this node.
+type Source struct {
+	factory  informers.SharedInformerFactory
+	informer cache.SharedIndexInformer
+	lister   corelisters.PodLister
+}
+
+// New builds the source; Start runs it.
+func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, error) {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
+		}))
+	inf := factory.Core().V1().Pods()
+	s := &Source{factory: factory, informer: inf.Informer(), lister: inf.Lister()}
+	// The UID index lets the status manager find the newest copy of a pod.
+	if err := s.informer.AddIndexers(cache.Indexers{"uid": func(obj interface{}) ([]string, error) {
+		return []string{string(obj.(*v1.Pod).UID)}, nil
+	}}); err != nil {
+		return nil, err
+	}
+	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
+		UpdateFunc: func(_, obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				h.RemovePod(p)
+			}
+		},
+	})
+	return s, err
+}
+
+// Start runs the informer and waits for its first list.
+func (s *Source) Start(ctx context.Context) error {
+	s.factory.Start(ctx.Done())
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if !cache.WaitForCacheSync(sctx.Done(), s.informer.HasSynced) {
+		return fmt.Errorf("pod informer did not sync")
+	}
+	return nil
+}
+
+// Get returns the newest copy of a pod by UID.
+func (s *Source) Get(uid types.UID) (*v1.Pod, bool) {
+	objs, err := s.informer.GetIndexer().ByIndex("uid", string(uid))
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	return objs[0].(*v1.Pod), true
+}

@@ -1,0 +1,229 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// minStopGrace: no container gets less than 2 s between stop signal and SIGKILL.
+const minStopGrace = 2 * time.Second
+
+// configError is a container that cannot be created as specified; it shows as
+// waiting CreateContainerConfigError and is retried.
+type configError struct{ msg string }
+
+func (e configError) Error() string { return e.msg }
+
+func findContainer(pod *v1.Pod, name string) (*v1.Container, bool) {
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i], true
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i], true
+		}
+	}
+	return nil, false
+}
+
+func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
+	c, ok := findContainer(pod, a.Container)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	w.starting[a.Container] = true
+	w.mu.Unlock()
+	go func() {
+		defer w.poke()
+		defer func() {
+			w.mu.Lock()
+			w.starting[a.Container] = false
+			w.mu.Unlock()
+		}()
+		rt := w.m.cfg.Runtime
+		spec, err := w.buildSpec(ctx, pod, c, a.Attempt)
+		if err != nil {
+			reason := "RunContainerError"
+			var ce configError
+			if errors.As(err, &ce) {
+				reason = "CreateContainerConfigError"
+			}
+			w.setWaiting(a.Container, reason, err.Error())
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			return
+		}
+		id, err := rt.Create(ctx, spec)
+		if err != nil {
+			w.setWaiting(a.Container, "CreateContainerError", err.Error())
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			return
+		}
+		w.mu.Lock()
+		delete(w.waiting, a.Container)
+		delete(w.waitingSince, a.Container)
+		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+			w.postStart[id] = true
+		}
+		w.mu.Unlock()
+		if st, err := rt.Status(ctx, id); err == nil {
+			w.observe(st)
+		}
+		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+		if err := rt.Start(ctx, id); err != nil {
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		}
+		st, err := rt.Status(ctx, id)
+		if err != nil {
+			return
+		}
+		w.observe(st)
+		if st.Reason == "StartError" {
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", st.Message)
+			return
+		}
+		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+		w.runPostStart(ctx, pod, c, id)
+	}()
+}
+
+// runPostStart runs the postStart hook; until it returns the container is not
+// Running. Hook handlers arrive with the hooks issue; without one it is done.
+func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
+	w.mu.Lock()
+	delete(w.postStart, id)
+	w.mu.Unlock()
+}
+
+func (w *worker) setWaiting(name, reason, msg string) {
+	w.mu.Lock()
+	w.waiting[name] = &v1.ContainerStateWaiting{Reason: reason, Message: msg}
+	w.waitingSince[name] = w.m.cfg.Clock.Now()
+	w.mu.Unlock()
+}
+
+func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
+	w.mu.Lock()
+	list := w.instances[a.Container]
+	if len(list) == 0 || w.stopping[a.Container] {
+		w.mu.Unlock()
+		return
+	}
+	id := list[len(list)-1].ID
+	w.stopping[a.Container] = true
+	w.mu.Unlock()
+	c, _ := findContainer(pod, a.Container)
+	go func() {
+		defer w.poke()
+		defer func() {
+			w.mu.Lock()
+			w.stopping[a.Container] = false
+			w.mu.Unlock()
+		}()
+		msg := a.Message
+		if msg == "" {
+			msg = "Stopping container " + a.Container
+		}
+		w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
+		grace := max(a.Grace, minStopGrace)
+		sig := stopSignal(c)
+		// Stop must finish even if the agent is stopping: use a detached context.
+		sctx := context.WithoutCancel(ctx)
+		if err := w.m.cfg.Runtime.Stop(sctx, id, sig, grace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
+		}
+		if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
+			w.observe(st)
+		}
+	}()
+}
+
+// stopSignal is lifecycle.stopSignal, else SIGTERM (there is no image STOPSIGNAL).
+func stopSignal(c *v1.Container) syscall.Signal {
+	if c != nil && c.Lifecycle != nil && c.Lifecycle.StopSignal != nil {
+		if s, ok := signalByName[string(*c.Lifecycle.StopSignal)]; ok {
+			return s
+		}
+	}
+	return syscall.SIGTERM
+}
+
+var signalByName = map[string]syscall.Signal{
+	"SIGABRT": syscall.SIGABRT, "SIGALRM": syscall.SIGALRM, "SIGBUS": syscall.SIGBUS, "SIGCHLD": syscall.SIGCHLD,
+	"SIGCONT": syscall.SIGCONT, "SIGFPE": syscall.SIGFPE, "SIGHUP": syscall.SIGHUP, "SIGILL": syscall.SIGILL,
+	"SIGINT": syscall.SIGINT, "SIGIO": syscall.SIGIO, "SIGKILL": syscall.SIGKILL, "SIGPIPE": syscall.SIGPIPE,
+	"SIGPROF": syscall.SIGPROF, "SIGPWR": syscall.SIGPWR, "SIGQUIT": syscall.SIGQUIT, "SIGSEGV": syscall.SIGSEGV,
+	"SIGSTKFLT": syscall.SIGSTKFLT, "SIGSTOP": syscall.SIGSTOP, "SIGSYS": syscall.SIGSYS, "SIGTERM": syscall.SIGTERM,
+	"SIGTRAP": syscall.SIGTRAP, "SIGTSTP": syscall.SIGTSTP, "SIGTTIN": syscall.SIGTTIN, "SIGTTOU": syscall.SIGTTOU,
+	"SIGURG": syscall.SIGURG, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGVTALRM": syscall.SIGVTALRM,
+	"SIGWINCH": syscall.SIGWINCH, "SIGXCPU": syscall.SIGXCPU, "SIGXFSZ": syscall.SIGXFSZ,
+}
+
+// logPath is <pods>/<ns>_<pod>_<uid>/<container>/<attempt>.log, as upstream's /var/log/pods.
+func (w *worker) logPath(container string, attempt int32) string {
+	return filepath.Join(w.podDir(), container, strconv.Itoa(int(attempt))+".log")
+}
+
+// LogPath finds the log of a container's current (or previous) instance.
+func (m *Manager) LogPath(namespace, pod, container string, previous bool) (string, func() bool, error) {
+	m.mu.Lock()
+	var w *worker
+	candidates := make([]*worker, 0, len(m.workers))
+	for _, cand := range m.workers {
+		candidates = append(candidates, cand)
+	}
+	m.mu.Unlock()
+	for _, cand := range candidates {
+		cand.mu.Lock()
+		if cand.pod.Namespace == namespace && cand.pod.Name == pod {
+			w = cand
+		}
+		cand.mu.Unlock()
+	}
+	if w == nil {
+		return "", nil, notFound(fmt.Sprintf("pod %q in namespace %q is not available", pod, namespace))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	list := w.instances[container]
+	idx := len(list) - 1
+	if previous {
+		idx--
+	}
+	if idx < 0 {
+		if previous {
+			return "", nil, notFound(fmt.Sprintf("previous terminated container %q in pod %q not found", container, pod))
+		}
+		return "", nil, notFound(fmt.Sprintf("container %q in pod %q is not available", container, pod))
+	}
+	id, path := list[idx].ID, list[idx].LogPath
+	exited := func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, s := range w.instances[container] {
+			if s.ID == id {
+				return s.State == runtime.StateExited
+			}
+		}
+		return true
+	}
+	return path, exited, nil
+}
+
+// notFound is an error the agent API answers with 404.
+type notFound string
+
+func (e notFound) Error() string  { return string(e) }
+func (e notFound) NotFound() bool { return true }

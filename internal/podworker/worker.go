@@ -1,0 +1,376 @@
+package podworker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/status"
+)
+
+// worker owns everything the agent knows of one pod UID. sync runs only on
+// the worker's goroutine; actions run on their own goroutines and report back
+// through the fields below (under mu) and a wake-up.
+type worker struct {
+	m   *Manager
+	uid types.UID
+
+	mu           sync.Mutex
+	pod          *v1.Pod
+	gone         bool                        // the object is gone from the API
+	instances    map[string][]runtime.Status // by container name, oldest first
+	starting     map[string]bool
+	stopping     map[string]bool
+	waiting      map[string]*v1.ContainerStateWaiting
+	waitingSince map[string]time.Time
+	postStart    map[string]bool // container IDs whose postStart has not returned yet
+	messages     map[string]string
+	probes       map[string]lifecycle.ProbeState
+	backoff      map[string]lifecycle.BackOffEntry
+	termination  *lifecycle.Termination
+	rejected     *v1.PodStatus // set when admission refused the pod
+	lastStatus   v1.PodStatus
+	lastPhase    v1.PodPhase
+	finished     bool
+
+	wake  chan struct{}
+	timer clock.Timer
+}
+
+func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
+	w := &worker{
+		m: m, uid: pod.UID, pod: pod,
+		instances: map[string][]runtime.Status{},
+		starting:  map[string]bool{}, stopping: map[string]bool{},
+		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
+		postStart: map[string]bool{}, messages: map[string]string{},
+		probes:  map[string]lifecycle.ProbeState{},
+		backoff: map[string]lifecycle.BackOffEntry{},
+		wake:    make(chan struct{}, 1),
+	}
+	for _, s := range adopted {
+		w.instances[s.Name] = append(w.instances[s.Name], s)
+	}
+	for name := range w.instances {
+		sortInstances(w.instances[name])
+	}
+	w.poke()
+	return w
+}
+
+func sortInstances(list []runtime.Status) {
+	sort.SliceStable(list, func(i, j int) bool {
+		if list[i].Attempt != list[j].Attempt {
+			return list[i].Attempt < list[j].Attempt
+		}
+		return list[i].CreatedAt.Before(list[j].CreatedAt)
+	})
+}
+
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *worker) update(pod *v1.Pod) {
+	w.mu.Lock()
+	w.pod = pod
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) markGone() {
+	w.mu.Lock()
+	w.gone = true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) currentPod() *v1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pod.DeepCopy()
+	p.Status = w.lastStatus
+	return p
+}
+
+// isActive: admitted and not terminal (counts against maxPods and allocatable).
+func (w *worker) isActive() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rejected == nil && !w.gone && w.lastPhase != v1.PodSucceeded && w.lastPhase != v1.PodFailed
+}
+
+// observe records a new runtime status of one of the pod's instances.
+func (w *worker) observe(st runtime.Status) {
+	w.mu.Lock()
+	list := w.instances[st.Name]
+	replaced := false
+	for i := range list {
+		if list[i].ID == st.ID {
+			list[i] = st
+			replaced = true
+		}
+	}
+	if !replaced {
+		list = append(list, st)
+		sortInstances(list)
+	}
+	w.instances[st.Name] = list
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *worker) podDirName() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return podDirName(w.pod)
+}
+
+func podDirName(pod *v1.Pod) string {
+	return fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)
+}
+
+func (w *worker) podDir() string { return filepath.Join(w.m.cfg.PodsDir, w.podDirName()) }
+
+func (w *worker) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		}
+		w.syncSafely(ctx)
+		if w.finished {
+			return
+		}
+	}
+}
+
+// syncSafely turns a panic while handling this pod into an event and a retry:
+// one bad pod must never take down the agent or the other pods.
+func (w *worker) syncSafely(ctx context.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.mu.Lock()
+			pod := w.pod
+			w.mu.Unlock()
+			w.m.cfg.Log.Error("panic while syncing pod", "pod", pod.Namespace+"/"+pod.Name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedSync", "error syncing pod, will retry: internal error: %v", r)
+			w.wakeAfter(10 * time.Second)
+		}
+	}()
+	w.sync(ctx)
+}
+
+func (w *worker) wakeAfter(d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.timer = w.m.cfg.Clock.AfterFunc(d, w.poke)
+}
+
+func (w *worker) sync(ctx context.Context) {
+	if syncHook != nil {
+		syncHook(w)
+	}
+	now := w.m.cfg.Clock.Now()
+	w.mu.Lock()
+	pod := w.pod
+	gone := w.gone
+	if w.rejected == nil && !gone && w.lastPhase == "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && len(w.instances) == 0 {
+		w.mu.Unlock()
+		if st := w.m.admit(pod); st != nil {
+			w.mu.Lock()
+			w.rejected = st
+			w.lastPhase = st.Phase
+			w.lastStatus = *st
+			w.mu.Unlock()
+			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, st.Reason, st.Message)
+			w.m.cfg.Status.Set(pod, *st, false)
+			return
+		}
+		w.mu.Lock()
+	}
+	if w.rejected != nil {
+		st := *w.rejected
+		w.mu.Unlock()
+		if gone {
+			w.finish(ctx)
+			return
+		}
+		w.m.cfg.Status.Set(pod, st, pod.DeletionTimestamp != nil)
+		return
+	}
+	if w.termination == nil && (gone || pod.DeletionTimestamp != nil) {
+		grace := time.Duration(0)
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		}
+		if gone {
+			grace = 0 // force-deleted: the minimum grace (the stop path floors it at 2 s)
+		}
+		w.termination = &lifecycle.Termination{Since: now, Grace: grace}
+	} else if w.termination != nil && pod.DeletionGracePeriodSeconds != nil && w.termination.Reason == "" {
+		// A second delete with a shorter grace shortens the termination in progress.
+		if g := time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second; g < w.termination.Grace-now.Sub(w.termination.Since) {
+			w.termination = &lifecycle.Termination{Since: now, Grace: g}
+		}
+	}
+	snap := w.snapshotLocked(now)
+	w.mu.Unlock()
+
+	plan := lifecycle.Compute(snap)
+
+	w.mu.Lock()
+	w.backoff = plan.BackOff
+	w.lastStatus = plan.Status
+	w.lastPhase = plan.Status.Phase
+	w.mu.Unlock()
+
+	for _, a := range plan.Actions {
+		switch a.Kind {
+		case lifecycle.ActionStart:
+			w.startContainer(ctx, pod, a)
+		case lifecycle.ActionKill:
+			w.killContainer(ctx, pod, a)
+		}
+	}
+	for _, e := range plan.Events {
+		w.m.cfg.Recorder.Event(pod, e.Type, e.Reason, e.Message)
+	}
+	if !gone {
+		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)
+	}
+	if plan.Done && gone {
+		w.finish(ctx)
+		return
+	}
+	if !plan.WakeAt.IsZero() {
+		w.wakeAfter(plan.WakeAt.Sub(now))
+	}
+}
+
+// finish removes everything of the pod from the node and ends the worker.
+func (w *worker) finish(ctx context.Context) {
+	w.mu.Lock()
+	var ids []string
+	for _, list := range w.instances {
+		for _, s := range list {
+			ids = append(ids, s.ID)
+		}
+	}
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.finished = true
+	w.mu.Unlock()
+	for _, id := range ids {
+		_ = w.m.cfg.Runtime.Remove(ctx, id)
+	}
+	_ = os.RemoveAll(w.podDir())
+	w.m.removeWorker(w.uid)
+}
+
+// syncHook lets tests inject a panic into sync.
+var syncHook func(*worker)
+
+func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
+	containers := map[string]lifecycle.ContainerRecord{}
+	all := append(append([]v1.Container{}, w.pod.Spec.InitContainers...), w.pod.Spec.Containers...)
+	for _, c := range all {
+		rec := lifecycle.ContainerRecord{
+			Waiting:      w.waiting[c.Name],
+			WaitingSince: w.waitingSince[c.Name],
+			Starting:     w.starting[c.Name],
+			Stopping:     w.stopping[c.Name],
+		}
+		list := w.instances[c.Name]
+		if n := len(list); n > 0 {
+			rec.Current = w.instance(list[n-1])
+			if n > 1 {
+				rec.Previous = w.instance(list[n-2])
+			}
+		}
+		containers[c.Name] = rec
+	}
+	probes := make(map[string]lifecycle.ProbeState, len(w.probes))
+	for k, v := range w.probes {
+		probes[k] = v
+	}
+	backoff := make(map[string]lifecycle.BackOffEntry, len(w.backoff))
+	for k, v := range w.backoff {
+		backoff[k] = v
+	}
+	pod := w.pod
+	if w.lastPhase != "" {
+		// The API may lag behind what this worker already published: start from
+		// the last status, with the conditions other writers own as the API has them.
+		pod = pod.DeepCopy()
+		pod.Status = status.Merge(pod.Status, w.lastStatus)
+	}
+	var term *lifecycle.Termination
+	if w.termination != nil {
+		t := *w.termination
+		term = &t
+	}
+	return lifecycle.Snapshot{
+		Pod: pod, Now: now, Config: w.m.cfg.Lifecycle, SandboxReady: true,
+		HostIP: w.m.cfg.HostIP, PodIP: w.m.cfg.HostIP,
+		Containers: containers, Probes: probes, BackOff: backoff, Termination: term,
+	}
+}
+
+func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
+	in := &lifecycle.Instance{
+		ID: "podvisor://" + s.ID, Attempt: s.Attempt,
+		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
+		ExitCode: s.ExitCode, Signal: s.Signal, Reason: s.Reason, Message: s.Message,
+		PostStartDone: !w.postStart[s.ID],
+	}
+	switch s.State {
+	case runtime.StateCreated:
+		in.State = lifecycle.StateCreated
+	case runtime.StateRunning:
+		in.State = lifecycle.StateRunning
+	case runtime.StateExited:
+		in.State = lifecycle.StateExited
+		if in.Message == "" {
+			in.Message = w.terminationMessage(s)
+		}
+	}
+	return in
+}
+
+// terminationMessage reads the container's termination message file once.
+func (w *worker) terminationMessage(s runtime.Status) string {
+	if msg, ok := w.messages[s.ID]; ok {
+		return msg
+	}
+	msg := ""
+	if s.TerminationMessageFile != "" {
+		if f, err := os.Open(s.TerminationMessageFile); err == nil {
+			buf := make([]byte, 4096)
+			n, _ := f.Read(buf)
+			f.Close()
+			msg = string(buf[:n])
+		}
+	}
+	w.messages[s.ID] = msg
+	return msg
+}

@@ -1,0 +1,121 @@
+package probe
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// httpProber holds the one transport every HTTP probe shares. Keep-alives are
+// off, so no connection is reused between probes.
+type httpProber struct {
+	transport *http.Transport
+}
+
+func newHTTPProber() *httpProber {
+	return &httpProber{transport: &http.Transport{
+		TLSClientConfig:    &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // probes do not check certificates (§6)
+		DisableKeepAlives:  true,
+		DisableCompression: true, // no Accept-Encoding, as upstream
+		Proxy:              nil,  // never the node's proxy
+		DialContext:        probeDialer().DialContext,
+	}}
+}
+
+// newHTTPRequest builds the request of an httpGet probe: scheme, host (the pod
+// IP by default), port (number or name), path and headers, with upstream's
+// User-Agent and Accept unless the probe sets them.
+func newHTTPRequest(g *v1.HTTPGetAction, c *v1.Container, podIP, userAgent string) (*http.Request, error) {
+	scheme := strings.ToLower(string(g.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	host := g.Host
+	if host == "" {
+		host = podIP
+	}
+	port, err := resolvePort(g.Port, c)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(g.Path)
+	if err != nil {
+		// Too late to reject a bad path: send it as written, as upstream.
+		u = &url.URL{Path: g.Path}
+	}
+	u.Scheme = scheme
+	u.Host = joinHostPort(host, port)
+	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("invalid httpGet probe: %w", err)
+	}
+	headers := http.Header{}
+	for _, h := range g.HTTPHeaders {
+		headers.Add(h.Name, h.Value)
+	}
+	if _, ok := headers["User-Agent"]; !ok {
+		headers.Set("User-Agent", userAgent)
+	}
+	if _, ok := headers["Accept"]; !ok {
+		headers.Set("Accept", "*/*")
+	} else if headers.Get("Accept") == "" {
+		headers.Del("Accept") // an empty Accept removes it, as upstream
+	}
+	req.Header = headers
+	req.Host = headers.Get("Host")
+	return req, nil
+}
+
+// httpAction succeeds on 200 ≤ status < 400.
+type httpAction struct {
+	prober  *httpProber
+	req     *http.Request
+	timeout time.Duration
+}
+
+func (a *httpAction) run(ctx context.Context) outcome {
+	client := &http.Client{
+		Timeout:       a.timeout,
+		Transport:     a.prober.transport,
+		CheckRedirect: sameHostRedirects,
+	}
+	res, err := client.Do(a.req.WithContext(ctx))
+	if err != nil {
+		// Connection errors and timeouts are failures, as upstream.
+		return outcome{result: resultFailure, output: err.Error()}
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxOutput))
+	if err != nil {
+		return outcome{result: resultFailure, output: err.Error()}
+	}
+	if res.StatusCode < http.StatusOK || res.StatusCode >= http.StatusBadRequest {
+		// Upstream keeps the body out of the message (kubernetes#99425).
+		return outcome{result: resultFailure, output: fmt.Sprintf("HTTP probe failed with statuscode: %d", res.StatusCode)}
+	}
+	if res.StatusCode >= http.StatusMultipleChoices {
+		// A redirect not followed (to another host) is a success with a warning.
+		return outcome{result: resultWarning, output: "Probe terminated redirects, Response body: " + string(body)}
+	}
+	return outcome{result: resultSuccess, output: string(body)}
+}
+
+// sameHostRedirects follows redirects to the probe's own host (any port) and
+// stops at one to another host, handing back that redirect response.
+func sameHostRedirects(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}

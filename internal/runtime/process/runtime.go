@@ -1,0 +1,205 @@
+// Package process runs containers as host process trees, each supervised by
+// a shim (`podvisor __shim <dir>`) that outlives the agent: the shim starts
+// the command in its own process group (and, as root, its own cgroup),
+// writes its output to the CRI log and records its exit in the instance
+// directory. The agent learns of exits from one epoll loop over the shims'
+// pidfds and re-adopts running shims when it restarts.
+//
+// Instance states, recorded in state.json:
+//
+//	created ──Start──▶ running ──main process exits──▶ exited
+//	   └──────Start: command cannot be executed (StartError)──▶ exited
+package process
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// ShimCommand is the podvisor subcommand that runs a shim.
+const ShimCommand = "__shim"
+
+// Config of a Runtime.
+type Config struct {
+	Root       string // state directory, e.g. DATA/agent/containers
+	ShimBinary string // the podvisor binary; default os.Executable()
+	Clock      clock.Clock
+	Log        *slog.Logger
+}
+
+// Runtime implements runtime.Runtime with host processes.
+type Runtime struct {
+	root      string
+	shim      string
+	clock     clock.Clock
+	log       *slog.Logger
+	mon       *monitor
+	events    *eventQueue
+	closeOnce sync.Once
+	closed    chan struct{} // closed by Close: nobody announces exits any more
+
+	mu       sync.Mutex
+	watched  map[string]chan struct{} // running instances; closed once their exit is recorded and announced
+	starting map[string]bool
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// ErrConflict is returned (wrapped) when an instance is not in a state that
+// allows the operation (starting twice, exec in an exited container).
+var ErrConflict = errors.New("container state conflict")
+
+// ErrClosed is returned (wrapped) by a Stop that waits on a closed Runtime.
+var ErrClosed = errors.New("process runtime closed")
+
+// New opens (creating it if needed) the state directory and re-adopts every
+// instance found there: running shims are watched again, exits recorded while
+// no agent ran are kept.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("process runtime: no root directory")
+	}
+	if cfg.ShimBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("process runtime: shim binary: %w", err)
+		}
+		cfg.ShimBinary = exe
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	r := &Runtime{
+		root:     cfg.Root,
+		shim:     cfg.ShimBinary,
+		clock:    cfg.Clock,
+		log:      cfg.Log,
+		events:   newEventQueue(),
+		watched:  map[string]chan struct{}{},
+		starting: map[string]bool{},
+		closed:   make(chan struct{}),
+	}
+	mon, err := newMonitor(r.shimExited)
+	if err != nil {
+		r.events.close()
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	r.mon = mon
+	ids, err := r.ids()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("process runtime: %w", err)
+	}
+	for _, id := range ids {
+		r.adopt(id)
+	}
+	return r, nil
+}
+
+// Close stops watching shims; the containers keep running and a later New
+// on the same Root re-adopts them. Events is not closed.
+func (r *Runtime) Close() {
+	r.closeOnce.Do(func() {
+		close(r.closed)
+		r.mon.close()
+		r.events.close()
+	})
+}
+
+// Events delivers a StateRunning event when an instance started and a
+// StateExited event when it exited (StartError included), in that order for
+// one instance. The agent must keep receiving; events queue meanwhile and are
+// never dropped. Exits of instances re-adopted by New are delivered too.
+func (r *Runtime) Events() <-chan runtime.Event { return r.events.out }
+
+func (r *Runtime) dir(id string) (instanceDir, error) {
+	if !validID(id) {
+		return "", fmt.Errorf("container %q: %w", id, runtime.ErrNotFound)
+	}
+	d := instanceDir(filepath.Join(r.root, id))
+	if _, err := os.Stat(d.path(stateFileName)); err != nil {
+		return "", fmt.Errorf("container %s: %w", id, runtime.ErrNotFound)
+	}
+	return d, nil
+}
+
+func newID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func validID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
+}
+
+// ids lists the instance directories under Root.
+func (r *Runtime) ids() ([]string, error) {
+	entries, err := os.ReadDir(r.root)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && validID(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+func (r *Runtime) Status(_ context.Context, id string) (runtime.Status, error) {
+	d, err := r.dir(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	st, err := d.status()
+	if errors.Is(err, os.ErrNotExist) {
+		return runtime.Status{}, fmt.Errorf("container %s: %w", id, runtime.ErrNotFound)
+	}
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: %w", id, err)
+	}
+	return st, nil
+}
+
+func (r *Runtime) List(ctx context.Context) ([]runtime.Status, error) {
+	ids, err := r.ids()
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	out := make([]runtime.Status, 0, len(ids))
+	for _, id := range ids {
+		st, err := r.Status(ctx, id)
+		if errors.Is(err, runtime.ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			r.log.Warn("unreadable container state", "id", id, "err", err)
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}

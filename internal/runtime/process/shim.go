@@ -1,0 +1,326 @@
+package process
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// The shim supervises one container instance. The agent starts it as
+//
+//	podvisor __shim <instance dir>
+//
+// in a new session with fd 3 the write end of a pipe. The shim starts the
+// command, records "running" (or "exited" with StartError) in state.json and
+// closes fd 3: the agent's Start returns then. When the command's main
+// process exits, the shim kills what is left of the container, records the
+// exit in state.json and only then exits itself, so that an agent watching
+// the shim's pid finds the exit recorded, and one that was not running at the
+// time finds it later.
+
+const (
+	readyFD = 3
+	// cleanupTimeout bounds the kill-and-reap of leftover processes and the
+	// drain of the log pipes after the main process exited.
+	cleanupTimeout = 10 * time.Second
+)
+
+// RunShim is the shim's main; it returns the shim's exit code.
+func RunShim(args []string) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if len(args) != 1 {
+		log.Error("usage: podvisor __shim <instance dir>")
+		return 2
+	}
+	var ready *os.File
+	if _, err := unix.FcntlInt(readyFD, unix.F_GETFD, 0); err == nil {
+		unix.CloseOnExec(readyFD) // the container must not hold the agent's pipe
+		ready = os.NewFile(readyFD, "ready")
+	}
+	s := &shim{dir: instanceDir(args[0]), clock: clock.RealClock{}, log: log}
+	if err := s.run(ready); err != nil {
+		log.Error("shim failed", "dir", args[0], "err", err)
+		return 1
+	}
+	return 0
+}
+
+type shim struct {
+	dir   instanceDir
+	clock clock.Clock
+	log   *slog.Logger
+}
+
+// started is a running container as the shim sees it.
+type started struct {
+	proc    *os.Process
+	cgroups cgroupSet
+	logs    *criLog
+	copying sync.WaitGroup // stdout and stderr copiers
+}
+
+func (s *shim) run(ready *os.File) error {
+	cfg, err := s.dir.readConfig()
+	if err != nil {
+		return err
+	}
+	s.log = s.log.With("container", cfg.Spec.Name, "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "id", cfg.ID)
+	// Orphans of the container (setsid, double fork) are re-parented to the
+	// shim, so it can find, kill and reap them even without cgroups.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		s.log.Warn("cannot become child subreaper", "err", err)
+	}
+	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+
+	c, startErr := s.start(cfg)
+	if startErr != nil {
+		s.log.Info("container did not start", "err", startErr)
+		err := s.dir.writeState(instanceState{
+			State:      runtime.StateExited.String(),
+			FinishedAt: s.clock.Now(),
+			ExitCode:   128,
+			Reason:     "StartError",
+			Message:    startErr.Error(),
+		})
+		closeReady(ready)
+		return err
+	}
+	st := instanceState{
+		State:     runtime.StateRunning.String(),
+		Pid:       c.proc.Pid,
+		StartedAt: s.clock.Now(),
+		Cgroups:   c.cgroups.Dirs,
+	}
+	if ps, err := readProcStat(c.proc.Pid); err == nil {
+		st.PidStartTime = ps.StartTime // unreaped child: still the same process
+	}
+	if err := s.dir.writeState(st); err != nil {
+		// Without a record nobody could stop it: do not leave it running.
+		c.proc.Kill()
+		s.log.Error("cannot record start", "err", err)
+	}
+	closeReady(ready)
+	s.log.Info("container started", "pid", c.proc.Pid)
+
+	forward := make(chan os.Signal, 4)
+	signal.Notify(forward, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		for sig := range forward {
+			signalGroup(c.proc.Pid, sig.(syscall.Signal))
+		}
+	}()
+
+	ws := s.waitMain(c.proc.Pid)
+	signal.Stop(forward)
+	s.killRest(c)
+	s.drainLogs(c)
+
+	st.State = runtime.StateExited.String()
+	st.FinishedAt = s.clock.Now()
+	switch {
+	case ws.Signaled():
+		st.Signal = int32(ws.Signal())
+		st.ExitCode = 128 + st.Signal // as runc: SIGKILL is 137
+	default:
+		st.ExitCode = int32(ws.ExitStatus())
+	}
+	if c.cgroups.oomKilled() {
+		st.Reason = "OOMKilled"
+	}
+	if err := c.cgroups.remove(); err != nil {
+		s.log.Warn("cgroup left behind", "err", err)
+	}
+	s.log.Info("container exited", "exitCode", st.ExitCode, "signal", st.Signal, "reason", st.Reason)
+	return s.dir.writeState(st)
+}
+
+func closeReady(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
+// start runs the command. Its error is the StartError message.
+func (s *shim) start(cfg instanceConfig) (*started, error) {
+	if len(cfg.Spec.Command) == 0 {
+		return nil, fmt.Errorf("no command")
+	}
+	env := containerEnv(cfg)
+	cwd := workingDir(s.dir, cfg)
+	if fi, err := os.Stat(cwd); err != nil {
+		return nil, fmt.Errorf("chdir to cwd (%q): %w", cwd, err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("chdir to cwd (%q): not a directory", cwd)
+	}
+	path, _ := lookupEnv(env, "PATH")
+	bin, err := lookPath(cfg.Spec.Command[0], path, cwd)
+	if err != nil {
+		return nil, err
+	}
+	logs, err := openCRILog(cfg.Spec.LogPath, s.clock)
+	if err != nil {
+		return nil, fmt.Errorf("open container log: %w", err)
+	}
+	c := &started{logs: logs}
+	ok := false
+	defer func() {
+		if !ok {
+			logs.Close()
+			c.cgroups.remove()
+		}
+	}()
+
+	var own []string
+	if os.Geteuid() == 0 {
+		own, err = selfCgroups()
+		if err == nil {
+			c.cgroups, err = createCgroups(own, cfg.ID)
+		}
+		if err != nil {
+			s.log.Warn("no cgroup for the container: orphans are found through the process tree only", "err", err)
+		}
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	stdin, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	attr := &os.ProcAttr{
+		Dir:   cwd,
+		Env:   env,
+		Files: []*os.File{stdin, outW, errW},
+		Sys:   &syscall.SysProcAttr{Setpgid: true},
+	}
+	c.proc, err = s.startInCgroup(c.cgroups, own, bin, cfg.Spec.Command, attr)
+	stdin.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	c.copying.Add(2)
+	go func() { defer c.copying.Done(); defer outR.Close(); logs.copyStream("stdout", outR) }()
+	go func() { defer c.copying.Done(); defer errR.Close(); logs.copyStream("stderr", errR) }()
+	ok = true
+	return c, nil
+}
+
+// startInCgroup starts the process inside cg from its first instruction: the
+// shim joins cg, forks, and goes back to its own cgroups, so the shim is
+// never killed with the container.
+func (s *shim) startInCgroup(cg cgroupSet, own []string, bin string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
+	if len(cg.Dirs) > 0 {
+		if err := cg.add(os.Getpid()); err != nil {
+			s.log.Warn("cannot join container cgroup", "err", err)
+		} else {
+			defer func() {
+				if err := (cgroupSet{Dirs: own}).add(os.Getpid()); err != nil {
+					s.log.Error("cannot leave container cgroup", "err", err)
+				}
+			}()
+		}
+	}
+	p, err := os.StartProcess(bin, argv, attr)
+	if err != nil {
+		return nil, unwrapStartErr(argv[0], err)
+	}
+	return p, nil
+}
+
+// unwrapStartErr drops os's "fork/exec <path>:" prefix in favour of
+// upstream's wording.
+func unwrapStartErr(name string, err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return fmt.Errorf("exec: %q: %w", name, pe.Err)
+	}
+	return err
+}
+
+// waitMain reaps children until the main process is among them.
+func (s *shim) waitMain(pid int) syscall.WaitStatus {
+	for {
+		var ws syscall.WaitStatus
+		p, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			s.log.Error("lost the main process", "err", err)
+			return ws
+		}
+		if p == pid {
+			return ws
+		}
+	}
+}
+
+// killRest kills every process left of the container, as a runtime does
+// when the init process dies, and reaps those that were re-parented to the shim.
+func (s *shim) killRest(c *started) {
+	self := os.Getpid()
+	deadline := s.clock.Now().Add(cleanupTimeout)
+	for {
+		signalGroup(c.proc.Pid, syscall.SIGKILL)
+		c.cgroups.signal(syscall.SIGKILL)
+		signalAll(descendants(self), syscall.SIGKILL)
+		noChildren := reapAll()
+		if noChildren && len(c.cgroups.procs()) == 0 {
+			return
+		}
+		if s.clock.Now().After(deadline) {
+			s.log.Error("processes of the container survive SIGKILL", "cgroupProcs", c.cgroups.procs(), "children", descendants(self))
+			return
+		}
+		s.clock.Sleep(5 * time.Millisecond)
+	}
+}
+
+// reapAll reaps every exited child without blocking; it reports whether the
+// shim has no children left.
+func reapAll() bool {
+	for {
+		var ws syscall.WaitStatus
+		p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		switch {
+		case err == syscall.EINTR:
+		case err == syscall.ECHILD:
+			return true
+		case err != nil || p == 0:
+			return false
+		}
+	}
+}
+
+// drainLogs waits for the log copiers to reach EOF; a pipe held open by a
+// process that escaped the kill must not keep the exit from being recorded.
+func (s *shim) drainLogs(c *started) {
+	done := make(chan struct{})
+	go func() { c.copying.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-s.clock.After(cleanupTimeout):
+		s.log.Warn("container log pipes still open after exit")
+	}
+	c.logs.Close()
+}

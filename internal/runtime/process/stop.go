@@ -1,0 +1,128 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// Stop signals the container, waits up to grace, then SIGKILLs every process
+// of it and returns once the shim recorded the exit. An instance that is not
+// running (created, exited) is left alone.
+func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) error {
+	d, err := r.dir(id)
+	if err != nil {
+		return err
+	}
+	st, exited, err := r.runningState(d, id)
+	if err != nil || exited == nil {
+		return err
+	}
+	if sig != syscall.SIGKILL && grace > 0 {
+		r.signalContainer(d, st, sig)
+		timer := r.clock.NewTimer(grace)
+		defer timer.Stop()
+		select {
+		case <-exited:
+			return nil
+		case <-timer.C():
+		case <-ctx.Done():
+			return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+		case <-r.closed:
+			return fmt.Errorf("stop container %s: %w", id, ErrClosed)
+		}
+		r.log.Info("container did not stop in time, killing it", "id", id, "grace", grace)
+	}
+	r.signalContainer(d, st, syscall.SIGKILL)
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+	case <-r.closed:
+		return fmt.Errorf("stop container %s: %w", id, ErrClosed)
+	}
+}
+
+// runningState returns the state of a running instance and the channel closed
+// once its exit is recorded; exited is nil if it is not running.
+func (r *Runtime) runningState(d instanceDir, id string) (st instanceState, exited <-chan struct{}, err error) {
+	for range 2 {
+		st, err = d.readState()
+		if err != nil {
+			return st, nil, fmt.Errorf("container %s: %w", id, err)
+		}
+		if st.state() != runtime.StateRunning {
+			return st, nil, nil
+		}
+		r.mu.Lock()
+		ch, ok := r.watched[id]
+		r.mu.Unlock()
+		if ok {
+			return st, ch, nil
+		}
+		// Running but unwatched: the exit was just announced (the next read
+		// says exited), or the shim is gone and adopt records it lost.
+		r.adopt(id)
+	}
+	return st, nil, fmt.Errorf("container %s: running but its shim cannot be watched", id)
+}
+
+// signalContainer signals the main process group and every other process of
+// the container: the cgroup's members, or without a cgroup the shim's
+// descendants (the shim is a child subreaper, so orphans are among them).
+func (r *Runtime) signalContainer(d instanceDir, st instanceState, sig syscall.Signal) {
+	if ps, err := readProcStat(st.Pid); err == nil && ps.StartTime == st.PidStartTime {
+		if err := signalGroup(st.Pid, sig); err != nil {
+			r.log.Warn("cannot signal container", "pid", st.Pid, "signal", sig, "err", err)
+		}
+	}
+	cg := cgroupSet{Dirs: st.Cgroups}
+	if len(cg.Dirs) > 0 {
+		cg.signal(sig)
+		return
+	}
+	if rec, ok, err := d.readShim(); err == nil && ok {
+		if ps, err := readProcStat(rec.Pid); err == nil && ps.StartTime == rec.StartTime {
+			signalAll(descendants(rec.Pid), sig)
+		}
+	}
+}
+
+// Remove kills the instance if it runs and deletes its directory and cgroup.
+// The log is kept: it belongs to the pod's log directory.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	d, err := r.dir(id)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	starting := r.starting[id]
+	r.mu.Unlock()
+	if starting {
+		return fmt.Errorf("remove container %s: it is starting: %w", id, ErrConflict)
+	}
+	if err := r.Stop(ctx, id, syscall.SIGKILL, 0); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if st, err := d.readState(); err == nil {
+		if err := (cgroupSet{Dirs: st.Cgroups}).remove(); err != nil {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
+	}
+	// Renamed first so that List never sees half a directory.
+	gone := filepath.Join(r.root, ".remove-"+id)
+	if err := os.Rename(string(d), gone); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := os.RemoveAll(gone); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	r.log.Info("container removed", "id", id)
+	return nil
+}

@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Restarting podvisor while a pod runs: the container keeps running (same
+// container ID), restartCount does not move, and its log continues.
+func TestAgentRestartKeepsRunningPod(t *testing.T) {
+	t.Parallel()
+	p := NewPodvisor(t)
+	p.Start()
+	ns := p.Namespace("restart")
+	p.create(t, p.pod(ns, "ticker", v1.RestartPolicyAlways, sh("c", "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.5; done")))
+	before := p.waitPod(t, ns, "ticker", 60*time.Second, "Running", func(pod *v1.Pod) bool {
+		return pod.Status.Phase == v1.PodRunning && isReady(pod)
+	})
+	id := containerStatus(before, "c").ContainerID
+
+	p.Stop()
+	if code := p.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	p.Start()
+
+	// Give the agent time to resync, then the container must be the same one.
+	after := p.waitPod(t, ns, "ticker", 60*time.Second, "Running and Ready again", func(pod *v1.Pod) bool {
+		cs := containerStatus(pod, "c")
+		return pod.Status.Phase == v1.PodRunning && isReady(pod) && cs != nil && cs.State.Running != nil
+	})
+	cs := containerStatus(after, "c")
+	if cs.ContainerID != id || cs.RestartCount != 0 {
+		t.Errorf("after restart: containerID %s (was %s), restartCount %d (want 0)", cs.ContainerID, id, cs.RestartCount)
+	}
+	kc := filepath.Join(p.DataDir, "admin.kubeconfig")
+	Eventually(t, 30*time.Second, "log continues past the restart", func() (bool, error) {
+		o, e, code := runPodvisor(t, 30*time.Second, "kubectl", "--kubeconfig", kc, "-n", ns, "logs", "ticker")
+		if code != 0 {
+			return false, errString(e)
+		}
+		lines := strings.Fields(o)
+		// tick-1 from before the restart, and lines written after it.
+		return len(lines) > 0 && lines[0] == "tick-1" && len(lines) >= 12, nil
+	})
+	// No extra events of a second start.
+	evs, err := p.Admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := 0
+	for _, e := range evs.Items {
+		if e.Reason == "Started" {
+			started += int(max(e.Count, 1))
+		}
+	}
+	if started != 1 {
+		t.Errorf("Started events = %d, want 1", started)
+	}
+}
