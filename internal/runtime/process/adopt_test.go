@@ -93,8 +93,10 @@ func TestReusedShimPidIsNotAdopted(t *testing.T) {
 
 	b := newRuntime(t, root)
 	st := status(t, b, id)
-	if st.State != runtime.StateExited || st.ExitCode != 137 || st.Message == "" {
-		t.Errorf("got %s exit %d message %q, want exited 137 with a message", st.State, st.ExitCode, st.Message)
+	// The message says the shim was lost, unless the real shim, alive in this
+	// test, recorded the kill first.
+	if st.State != runtime.StateExited || st.ExitCode != 137 {
+		t.Errorf("got %s exit %d message %q, want exited 137", st.State, st.ExitCode, st.Message)
 	}
 	eventually(t, "the container's process killed", func() bool { return !alive(pid) })
 	// The real shim is this test's child: reap it once it saw its container die.

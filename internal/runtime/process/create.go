@@ -25,7 +25,7 @@ func (r *Runtime) Create(_ context.Context, spec runtime.ContainerSpec) (string,
 	id := newID()
 	final := filepath.Join(r.root, id)
 	tmp := filepath.Join(r.root, ".create-"+id)
-	cfg := instanceConfig{ID: id, CreatedAt: r.clock.Now(), Spec: spec}
+	cfg := instanceConfig{ID: id, CreatedAt: r.clock.Now(), Spec: spec, NoCgroups: r.noCg}
 	if spec.TerminationMessagePath != "" {
 		cfg.TerminationMessageFile = filepath.Join(final, terminationFile)
 	}

@@ -25,13 +25,32 @@ func TestMain(m *testing.M) {
 const waitLimit = 20 * time.Second
 
 func newRuntime(t *testing.T, root string) *Runtime {
+	return newRuntimeWith(t, Config{Root: root})
+}
+
+func newRuntimeWith(t *testing.T, cfg Config) *Runtime {
 	t.Helper()
-	r, err := New(Config{Root: root, Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	cfg.Log = slog.New(slog.NewTextHandler(t.Output(), nil))
+	r, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
 	return r
+}
+
+// bothWays runs a test with cgroups (when root) and without, where the
+// shim's process tree is all there is to find a container's processes.
+func bothWays(t *testing.T, test func(t *testing.T, r *Runtime)) {
+	t.Run("cgroup", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("cgroups need root")
+		}
+		test(t, newRuntime(t, t.TempDir()))
+	})
+	t.Run("process-tree", func(t *testing.T) {
+		test(t, newRuntimeWith(t, Config{Root: t.TempDir(), NoCgroups: true}))
+	})
 }
 
 func testSpec(t *testing.T, command ...string) runtime.ContainerSpec {
@@ -56,7 +75,7 @@ func run(t *testing.T, r *Runtime, spec runtime.ContainerSpec) string {
 	}
 	t.Cleanup(func() {
 		// A runtime of its own: r may be closed by then (an agent restart).
-		c, err := New(Config{Root: r.root, ShimBinary: r.shim, Log: slog.New(slog.DiscardHandler)})
+		c, err := New(Config{Root: r.root, ShimBinary: r.shim, NoCgroups: r.noCg, Log: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Error(err)
 			return

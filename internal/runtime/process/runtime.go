@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"k8s.io/utils/clock"
@@ -36,6 +37,9 @@ type Config struct {
 	ShimBinary string // the podvisor binary; default os.Executable()
 	Clock      clock.Clock
 	Log        *slog.Logger
+	// NoCgroups runs containers without cgroups even as root, as when not
+	// root: orphans are then found through the shim's process tree only.
+	NoCgroups bool
 }
 
 // Runtime implements runtime.Runtime with host processes.
@@ -44,6 +48,7 @@ type Runtime struct {
 	shim      string
 	clock     clock.Clock
 	log       *slog.Logger
+	noCg      bool // Config.NoCgroups
 	mon       *monitor
 	events    *eventQueue
 	closeOnce sync.Once
@@ -91,6 +96,7 @@ func New(cfg Config) (*Runtime, error) {
 		shim:     cfg.ShimBinary,
 		clock:    cfg.Clock,
 		log:      cfg.Log,
+		noCg:     cfg.NoCgroups,
 		events:   newEventQueue(),
 		watched:  map[string]chan struct{}{},
 		starting: map[string]bool{},
@@ -107,6 +113,7 @@ func New(cfg Config) (*Runtime, error) {
 		r.Close()
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
+	r.removeLeftovers()
 	for _, id := range ids {
 		r.adopt(id)
 	}
@@ -167,6 +174,16 @@ func (r *Runtime) ids() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// removeLeftovers deletes what a Create or Remove interrupted by a crash left.
+func (r *Runtime) removeLeftovers() {
+	entries, _ := os.ReadDir(r.root)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".create-") || strings.HasPrefix(e.Name(), ".remove-") {
+			os.RemoveAll(filepath.Join(r.root, e.Name()))
+		}
+	}
 }
 
 func (r *Runtime) Status(_ context.Context, id string) (runtime.Status, error) {

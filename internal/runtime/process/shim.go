@@ -1,11 +1,13 @@
 package process
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -79,7 +81,19 @@ func (s *shim) run(ready *os.File) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		s.log.Warn("cannot become child subreaper", "err", err)
 	}
-	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
+	// Every signal is caught, none ignored: a caught signal is reset to the
+	// default in the container, an ignored one (signal.Ignore, or inherited
+	// SIG_IGN) would stay ignored there. TERM and INT go on to the container.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs)
+	var mainPid atomic.Int64
+	go func() {
+		for sig := range sigs {
+			if p := mainPid.Load(); p > 0 && (sig == syscall.SIGTERM || sig == syscall.SIGINT) {
+				signalGroup(int(p), sig.(syscall.Signal))
+			}
+		}
+	}()
 
 	c, startErr := s.start(cfg)
 	if startErr != nil {
@@ -111,16 +125,9 @@ func (s *shim) run(ready *os.File) error {
 	closeReady(ready)
 	s.log.Info("container started", "pid", c.proc.Pid)
 
-	forward := make(chan os.Signal, 4)
-	signal.Notify(forward, syscall.SIGTERM, syscall.SIGINT)
-	go func() {
-		for sig := range forward {
-			signalGroup(c.proc.Pid, sig.(syscall.Signal))
-		}
-	}()
-
+	mainPid.Store(int64(c.proc.Pid))
 	ws := s.waitMain(c.proc.Pid)
-	signal.Stop(forward)
+	mainPid.Store(0)
 	s.killRest(c)
 	s.drainLogs(c)
 
@@ -157,9 +164,9 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 	env := containerEnv(cfg)
 	cwd := workingDir(s.dir, cfg)
 	if fi, err := os.Stat(cwd); err != nil {
-		return nil, fmt.Errorf("chdir to cwd (%q): %w", cwd, err)
+		return nil, fmt.Errorf("chdir to cwd (%q) failed: %w", cwd, errors.Unwrap(err))
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("chdir to cwd (%q): not a directory", cwd)
+		return nil, fmt.Errorf("chdir to cwd (%q) failed: %w", cwd, syscall.ENOTDIR)
 	}
 	path, _ := lookupEnv(env, "PATH")
 	bin, err := lookPath(cfg.Spec.Command[0], path, cwd)
@@ -180,7 +187,7 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 	}()
 
 	var own []string
-	if os.Geteuid() == 0 {
+	if os.Geteuid() == 0 && !cfg.NoCgroups {
 		own, err = selfCgroups()
 		if err == nil {
 			c.cgroups, err = createCgroups(own, cfg.ID)

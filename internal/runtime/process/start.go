@@ -42,6 +42,10 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if st.state() != runtime.StateCreated {
 		return fmt.Errorf("start container %s: it is %s: %w", id, st.state(), ErrConflict)
 	}
+	if _, spawned, _ := d.readShim(); spawned {
+		// An earlier agent started it and died before the shim recorded it.
+		return fmt.Errorf("start container %s: already started: %w", id, ErrConflict)
+	}
 	pidfd, readyR, err := r.spawnShim(d)
 	if err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
@@ -116,7 +120,9 @@ func (r *Runtime) awaitShim(id string, d instanceDir, ready *os.File, pidfd int)
 
 	st, stErr := d.readState()
 	cfg, cfgErr := d.readConfig()
-	if stErr == nil && cfgErr == nil && st.state() == runtime.StateRunning {
+	// A command that started has StartedAt, even if it already exited (the
+	// event is still due); one that could not start (StartError) has not.
+	if stErr == nil && cfgErr == nil && !st.StartedAt.IsZero() {
 		r.log.Info("container started", "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "container", cfg.Spec.Name, "id", id, "pid", st.Pid)
 		r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
 	}

@@ -47,6 +47,20 @@ func TestStartedInstanceIsRunningWithPid(t *testing.T) {
 	}
 }
 
+// Signals the shim ignores or blocks must not be ignored or blocked in the
+// container: dispositions set to ignore survive exec.
+func TestContainerStartsWithDefaultSignals(t *testing.T) {
+	r := newRuntime(t, t.TempDir())
+	spec := testSpec(t, "grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status")
+	id := run(t, r, spec)
+	waitExit(t, r, id)
+	for _, e := range readCRILog(t, spec.LogPath) {
+		if _, mask, _ := strings.Cut(e.content, ":"); strings.Trim(mask, "\t 0") != "" {
+			t.Errorf("container starts with %s", e.content)
+		}
+	}
+}
+
 func TestMissingCommandIsStartError(t *testing.T) {
 	r := newRuntime(t, t.TempDir())
 	id := run(t, r, testSpec(t, "nosuchcmd"))

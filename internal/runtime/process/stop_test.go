@@ -52,8 +52,9 @@ func TestStopKillsWhatIgnoresSIGTERMAfterGrace(t *testing.T) {
 
 // A main process that leaves a setsid'd child behind and exits: the shim
 // kills the child, as a runtime kills a container when its init dies.
-func TestOrphansDieWithTheMainProcess(t *testing.T) {
-	r := newRuntime(t, t.TempDir())
+func TestOrphansDieWithTheMainProcess(t *testing.T) { bothWays(t, testOrphansDie) }
+
+func testOrphansDie(t *testing.T, r *Runtime) {
 	id := run(t, r, testSpec(t, "sh", "-c",
 		`setsid sh -c 'echo $$ > orphan.pid; exec sleep 300' & while [ ! -s orphan.pid ]; do :; done; exit 0`))
 	st := waitExit(t, r, id)
@@ -74,8 +75,9 @@ func TestOrphansDieWithTheMainProcess(t *testing.T) {
 	}
 }
 
-func TestStopKillsForkedChildrenOfAnExitedMain(t *testing.T) {
-	r := newRuntime(t, t.TempDir())
+func TestStopKillsForkedChildren(t *testing.T) { bothWays(t, testStopKillsForkedChildren) }
+
+func testStopKillsForkedChildren(t *testing.T, r *Runtime) {
 	spec := testSpec(t, "sh", "-c", `trap "" TERM; (trap "" TERM; setsid sleep 300 & echo child $!; wait) & echo ready; wait`)
 	id := run(t, r, spec)
 	waitLog(t, spec.LogPath, "ready")

@@ -36,6 +36,8 @@ type instanceConfig struct {
 	Spec      runtime.ContainerSpec `json:"spec"`
 	// TerminationMessageFile is the host file behind Spec.TerminationMessagePath.
 	TerminationMessageFile string `json:"terminationMessageFile,omitempty"`
+	// NoCgroups: the shim makes no cgroup even as root (Config.NoCgroups).
+	NoCgroups bool `json:"noCgroups,omitempty"`
 }
 
 // instanceState is state.json.
