@@ -4,12 +4,15 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -24,10 +27,12 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agentapi"
 	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/podsource"
 	"github.com/podvisor/podvisor/internal/podworker"
+	"github.com/podvisor/podvisor/internal/probe"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 	"github.com/podvisor/podvisor/internal/status"
 )
@@ -52,6 +57,7 @@ type Agent struct {
 	api     *agentapi.Server
 	runtime *process.Runtime
 	workers *podworker.Manager
+	probes  *probe.Manager
 	status  *status.Manager
 	source  *podsource.Source
 	events  record.EventBroadcaster
@@ -106,15 +112,28 @@ func New(cfg Config) (*Agent, error) {
 	}
 	lc := lifecycle.DefaultConfig()
 	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
+	var workers *podworker.Manager
+	a.probes, err = probe.New(probe.Config{
+		Exec: a.exec, Recorder: recorder, Log: cfg.Log,
+		OnUpdate: func(u probe.Update) {
+			if workers != nil {
+				workers.ProbeUpdate(u.PodUID, u.Container, u.ContainerID, u.State)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
 		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable,
-		Runtime: a.runtime, Status: a.status, Recorder: recorder, Client: client,
+		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}), Status: a.status, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
 	})
 	if err != nil {
 		return nil, err
 	}
+	workers = a.workers
 	source, err = podsource.New(client, cfg.NodeName, a.workers)
 	if err != nil {
 		return nil, err
@@ -158,6 +177,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
 	go func() { <-ctx.Done(); a.events.Shutdown() }()
 	go a.status.Run(ctx, 4)
+	go a.probes.Run(ctx)
 	go func() {
 		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("agent API stopped", "err", err)
@@ -174,4 +194,36 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer cancel()
 	a.workers.CleanupOrphans(cctx)
 	return nil
+}
+
+// exec runs a command in a container for probes and hooks, with its combined
+// output (bounded) and a timeout the probe package recognises.
+func (a *Agent) exec(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, error) {
+	out := &limitedBuffer{max: 10 << 10}
+	code, err := a.runtime.Exec(ctx, id, cmd, out, out, timeout)
+	if errors.Is(err, process.ErrExecTimeout) {
+		err = fmt.Errorf("%w: %w", probe.ErrTimeout, err)
+	}
+	return out.Bytes(), code, err
+}
+
+// limitedBuffer keeps the first max bytes written to it; stdout and stderr
+// may write concurrently.
+type limitedBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+	max int
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - b.Len(); room > 0 {
+		if len(p) > room {
+			b.Buffer.Write(p[:room])
+		} else {
+			b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
 }

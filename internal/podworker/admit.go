@@ -11,6 +11,14 @@ import (
 // does: maxPods and allocatable cpu/memory against the pods already admitted.
 // It returns the Failed status of a rejected pod, or nil.
 func (m *Manager) admit(pod *v1.Pod) *v1.PodStatus {
+	m.mu.Lock()
+	extra := m.extraAdmit
+	m.mu.Unlock()
+	if extra != nil {
+		if st := extra(pod); st != nil {
+			return st
+		}
+	}
 	active := m.activePods(pod.UID)
 	if m.cfg.MaxPods > 0 && int32(len(active)) >= m.cfg.MaxPods {
 		return rejection("OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d",

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -99,12 +100,33 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 	}()
 }
 
-// runPostStart runs the postStart hook; until it returns the container is not
-// Running. Hook handlers arrive with the hooks issue; without one it is done.
+// runPostStart runs the postStart hook. Until it returns the container is not
+// Running and the next container is not started (starting stays set). When it
+// fails the container is killed and the restart policy decides (§7).
 func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
-	w.mu.Lock()
-	delete(w.postStart, id)
-	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.postStart, id)
+		w.mu.Unlock()
+	}()
+	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || w.m.cfg.Hooks == nil {
+		return
+	}
+	msg, err := w.m.cfg.Hooks.Run(ctx, hook.PostStart, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PostStart, 0)
+	if err == nil {
+		return
+	}
+	w.m.cfg.Log.Info("postStart hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "msg", msg)
+	ev := hook.FailedEvent(hook.PostStart)
+	w.m.cfg.Recorder.Event(pod, ev.Type, ev.Reason, ev.Message)
+	w.stopInstance(ctx, pod, c, id, podGrace(pod), hook.PostStartKillMessage)
+}
+
+func podGrace(pod *v1.Pod) time.Duration {
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
 }
 
 func (w *worker) setWaiting(name, reason, msg string) {
@@ -132,22 +154,66 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 			w.stopping[a.Container] = false
 			w.mu.Unlock()
 		}()
-		msg := a.Message
-		if msg == "" {
-			msg = "Stopping container " + a.Container
-		}
-		w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
-		grace := max(a.Grace, minStopGrace)
-		sig := stopSignal(c)
-		// Stop must finish even if the agent is stopping: use a detached context.
-		sctx := context.WithoutCancel(ctx)
-		if err := w.m.cfg.Runtime.Stop(sctx, id, sig, grace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
-		}
-		if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
-			w.observe(st)
-		}
+		w.stopInstance(ctx, pod, c, id, a.Grace, a.Message)
 	}()
+}
+
+// stopInstance is the one stop path every reason to stop a container uses
+// (deletion, liveness/startup failure, deadline, postStart failure, shutdown):
+// preStop with the grace period as its budget, then the stop signal, then
+// SIGKILL when what is left of the grace period (never less than 2 s) ends.
+func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, id string, grace time.Duration, msg string) {
+	name := ""
+	if c != nil {
+		name = c.Name
+	}
+	if msg == "" {
+		msg = "Stopping container " + name
+	}
+	w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
+	// Stopping must finish even while the agent itself stops.
+	sctx := context.WithoutCancel(ctx)
+	start := w.m.cfg.Clock.Now()
+	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.cfg.Hooks != nil && w.isRunning(name, id) {
+		budget := max(grace, minStopGrace)
+		hctx, cancel := context.WithCancel(sctx)
+		w.mu.Lock()
+		w.preStopCancel[id] = cancel
+		w.mu.Unlock()
+		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PreStop, budget)
+		w.mu.Lock()
+		delete(w.preStopCancel, id)
+		w.mu.Unlock()
+		cancel()
+		switch {
+		case errors.Is(err, hook.ErrBudgetExceeded):
+			w.m.cfg.Log.Info("preStop hook did not finish within the grace period", "pod", pod.Namespace+"/"+pod.Name, "container", name)
+		case err != nil:
+			w.m.cfg.Log.Info("preStop hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", name, "msg", hmsg)
+			ev := hook.FailedEvent(hook.PreStop)
+			w.m.cfg.Recorder.Event(pod, ev.Type, ev.Reason, ev.Message)
+		}
+	}
+	// A preStop that used up the grace period gets the 2 s minimum on top.
+	remaining := max(grace-w.m.cfg.Clock.Since(start), minStopGrace)
+	if err := w.m.cfg.Runtime.Stop(sctx, id, stopSignal(c), remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", name, "err", err)
+	}
+	if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
+		w.observe(st)
+	}
+}
+
+// isRunning: no preStop for a container that already exited (§7).
+func (w *worker) isRunning(name, id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.instances[name] {
+		if s.ID == id {
+			return s.State == runtime.StateRunning
+		}
+	}
+	return false
 }
 
 // stopSignal is lifecycle.stopSignal, else SIGTERM (there is no image STOPSIGNAL).
@@ -227,3 +293,23 @@ type notFound string
 
 func (e notFound) Error() string  { return string(e) }
 func (e notFound) NotFound() bool { return true }
+
+// shortenStopsLocked applies a shorter grace period to stops in flight: their
+// preStop hooks are cut when it ends, and the processes get the stop signal
+// again with SIGKILL at the new deadline (the shorter of the two wins).
+func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
+	for name, stopping := range w.stopping {
+		list := w.instances[name]
+		if !stopping || len(list) == 0 {
+			continue
+		}
+		id := list[len(list)-1].ID
+		if cancel, ok := w.preStopCancel[id]; ok {
+			w.m.cfg.Clock.AfterFunc(grace, cancel)
+		}
+		c, _ := findContainer(pod, name)
+		go func() {
+			_ = w.m.cfg.Runtime.Stop(context.Background(), id, stopSignal(c), max(grace, minStopGrace))
+		}()
+	}
+}

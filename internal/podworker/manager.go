@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -27,6 +29,18 @@ type StatusWriter interface {
 	Forget(uid types.UID)
 }
 
+// Prober runs a container's probes; results come back through ProbeUpdate.
+type Prober interface {
+	AddContainer(pod *v1.Pod, c *v1.Container, containerID string, startedAt time.Time, podIP string, adopted bool)
+	RemoveContainer(containerID string)
+	SetTerminating(podUID types.UID)
+}
+
+// HookRunner runs lifecycle hook handlers (internal/hook.Runner).
+type HookRunner interface {
+	Run(ctx context.Context, kind hook.Kind, pod *v1.Pod, c *v1.Container, containerID, podIP string, h *v1.LifecycleHandler, budget time.Duration) (string, error)
+}
+
 // Config of the pod workers.
 type Config struct {
 	NodeName    string
@@ -35,6 +49,8 @@ type Config struct {
 	MaxPods     int32
 	Allocatable func() v1.ResourceList
 	Runtime     runtime.Runtime
+	Prober      Prober     // nil: no probes run
+	Hooks       HookRunner // nil: hooks are not run
 	Status      StatusWriter
 	Recorder    record.EventRecorder
 	Client      kubernetes.Interface // ConfigMaps, Secrets for containers' env
@@ -52,6 +68,8 @@ type Manager struct {
 	workers map[types.UID]*worker
 	// byPod indexes runtime instances by pod UID until a worker claims them.
 	orphans map[types.UID][]runtime.Status
+	// extraAdmit, when set, may reject a new pod before the resource checks.
+	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
 
 // New validates cfg and builds the manager. Call Start before feeding pods.
@@ -210,4 +228,11 @@ func (m *Manager) activePods(except types.UID) []*v1.Pod {
 		out = append(out, w.currentPod())
 	}
 	return out
+}
+
+// ProbeUpdate delivers a probe verdict for one container instance.
+func (m *Manager) ProbeUpdate(uid types.UID, container, containerID string, state lifecycle.ProbeState) {
+	if w := m.worker(uid); w != nil {
+		w.probeUpdate(container, containerID, state)
+	}
 }

@@ -36,13 +36,22 @@ type worker struct {
 	waitingSince map[string]time.Time
 	postStart    map[string]bool // container IDs whose postStart has not returned yet
 	messages     map[string]string
-	probes       map[string]lifecycle.ProbeState
+	probes       map[string]lifecycle.ProbeState // by container name, for probeOf's instance
+	probeOf      map[string]string               // container name -> instance ID the probe state belongs to
+	probed       map[string]bool                 // instance IDs handed to the prober
+	adopted      map[string]bool                 // instance IDs found running when the worker started
 	backoff      map[string]lifecycle.BackOffEntry
 	termination  *lifecycle.Termination
 	rejected     *v1.PodStatus // set when admission refused the pod
-	lastStatus   v1.PodStatus
-	lastPhase    v1.PodPhase
-	finished     bool
+	// preStopCancel ends the preStop hook of an instance being stopped, for a
+	// second delete with a shorter grace.
+	preStopCancel map[string]context.CancelFunc
+	lastStatus    v1.PodStatus
+	// extraConditions are conditions the agent adds once (DisruptionTarget).
+	extraConditions []v1.PodCondition
+	stopped         chan struct{} // closed once a terminated pod has nothing running
+	lastPhase       v1.PodPhase
+	finished        bool
 
 	wake  chan struct{}
 	timer clock.Timer
@@ -55,12 +64,16 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 		starting:  map[string]bool{}, stopping: map[string]bool{},
 		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
 		postStart: map[string]bool{}, messages: map[string]string{},
-		probes:  map[string]lifecycle.ProbeState{},
+		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
+		probed: map[string]bool{}, adopted: map[string]bool{},
 		backoff: map[string]lifecycle.BackOffEntry{},
-		wake:    make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
 	}
 	for _, s := range adopted {
 		w.instances[s.Name] = append(w.instances[s.Name], s)
+		if s.State == runtime.StateRunning {
+			w.adopted[s.ID] = true
+		}
 	}
 	for name := range w.instances {
 		sortInstances(w.instances[name])
@@ -230,10 +243,13 @@ func (w *worker) sync(ctx context.Context) {
 		// A second delete with a shorter grace shortens the termination in progress.
 		if g := time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second; g < w.termination.Grace-now.Sub(w.termination.Since) {
 			w.termination = &lifecycle.Termination{Since: now, Grace: g}
+			w.shortenStopsLocked(pod, g)
 		}
 	}
+	probeChanges := w.probeChangesLocked(pod)
 	snap := w.snapshotLocked(now)
 	w.mu.Unlock()
+	w.applyProbeChanges(pod, probeChanges, w.termination != nil)
 
 	plan := lifecycle.Compute(snap)
 
@@ -256,6 +272,9 @@ func (w *worker) sync(ctx context.Context) {
 	}
 	if !gone {
 		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)
+	}
+	if plan.Done {
+		w.markStopped()
 	}
 	if plan.Done && gone {
 		w.finish(ctx)
@@ -281,6 +300,9 @@ func (w *worker) finish(ctx context.Context) {
 	w.finished = true
 	w.mu.Unlock()
 	for _, id := range ids {
+		if w.m.cfg.Prober != nil {
+			w.m.cfg.Prober.RemoveContainer(id)
+		}
 		_ = w.m.cfg.Runtime.Remove(ctx, id)
 	}
 	_ = os.RemoveAll(w.podDir())
@@ -311,7 +333,9 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 	}
 	probes := make(map[string]lifecycle.ProbeState, len(w.probes))
 	for k, v := range w.probes {
-		probes[k] = v
+		if list := w.instances[k]; len(list) > 0 && list[len(list)-1].ID == w.probeOf[k] {
+			probes[k] = v
+		}
 	}
 	backoff := make(map[string]lifecycle.BackOffEntry, len(w.backoff))
 	for k, v := range w.backoff {
@@ -323,6 +347,14 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 		// the last status, with the conditions other writers own as the API has them.
 		pod = pod.DeepCopy()
 		pod.Status = status.Merge(pod.Status, w.lastStatus)
+	}
+	if len(w.extraConditions) > 0 {
+		pod = pod.DeepCopy()
+		for _, c := range w.extraConditions {
+			if !hasCondition(pod.Status.Conditions, c.Type) {
+				pod.Status.Conditions = append(pod.Status.Conditions, c)
+			}
+		}
 	}
 	var term *lifecycle.Termination
 	if w.termination != nil {
@@ -357,20 +389,11 @@ func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
 	return in
 }
 
-// terminationMessage reads the container's termination message file once.
-func (w *worker) terminationMessage(s runtime.Status) string {
-	if msg, ok := w.messages[s.ID]; ok {
-		return msg
-	}
-	msg := ""
-	if s.TerminationMessageFile != "" {
-		if f, err := os.Open(s.TerminationMessageFile); err == nil {
-			buf := make([]byte, 4096)
-			n, _ := f.Read(buf)
-			f.Close()
-			msg = string(buf[:n])
+func hasCondition(conds []v1.PodCondition, t v1.PodConditionType) bool {
+	for _, c := range conds {
+		if c.Type == t {
+			return true
 		}
 	}
-	w.messages[s.ID] = msg
-	return msg
+	return false
 }

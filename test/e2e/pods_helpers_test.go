@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"sync"
 	"testing"
 	"time"
@@ -48,9 +51,22 @@ func stopShared() {
 }
 
 // killLeftovers kills container processes a test left behind under dataDir
-// (containers outlive podvisor by design).
+// (containers outlive podvisor by design): the shims, whose command line names
+// the data dir, and the containers, whose environment does (the termination
+// message path).
 func killLeftovers(dataDir string) {
 	_ = exec.Command("pkill", "-KILL", "-f", dataDir).Run()
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(env, []byte(dataDir)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func mustTemp(prefix string) string {

@@ -1,0 +1,71 @@
+package podworker
+
+import (
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// probeChange hands an instance to the prober, or takes it back.
+type probeChange struct {
+	add       bool
+	container string
+	status    runtime.Status
+	adopted   bool
+}
+
+// probeChangesLocked finds instances that became running (postStart done) and
+// are not probed yet, and probed instances that have exited.
+func (w *worker) probeChangesLocked(pod *v1.Pod) []probeChange {
+	if w.m.cfg.Prober == nil {
+		return nil
+	}
+	var out []probeChange
+	for name, list := range w.instances {
+		for i, s := range list {
+			current := i == len(list)-1
+			switch {
+			case current && s.State == runtime.StateRunning && !w.postStart[s.ID] && !w.probed[s.ID]:
+				w.probed[s.ID] = true
+				w.probeOf[name] = s.ID
+				w.probes[name] = lifecycle.ProbeState{}
+				out = append(out, probeChange{add: true, container: name, status: s, adopted: w.adopted[s.ID]})
+			case w.probed[s.ID] && (s.State == runtime.StateExited || !current):
+				delete(w.probed, s.ID)
+				out = append(out, probeChange{container: name, status: s})
+			}
+		}
+	}
+	return out
+}
+
+func (w *worker) applyProbeChanges(pod *v1.Pod, changes []probeChange, terminating bool) {
+	p := w.m.cfg.Prober
+	if p == nil {
+		return
+	}
+	for _, ch := range changes {
+		if !ch.add {
+			p.RemoveContainer(ch.status.ID)
+			continue
+		}
+		if c, ok := findContainer(pod, ch.container); ok {
+			p.AddContainer(pod, c, ch.status.ID, ch.status.StartedAt, w.m.cfg.HostIP, ch.adopted)
+		}
+	}
+	if terminating {
+		p.SetTerminating(w.uid)
+	}
+}
+
+func (w *worker) probeUpdate(container, containerID string, state lifecycle.ProbeState) {
+	w.mu.Lock()
+	if w.probeOf[container] != containerID {
+		w.mu.Unlock()
+		return // a verdict on an instance that is already gone
+	}
+	w.probes[container] = state
+	w.mu.Unlock()
+	w.poke()
+}

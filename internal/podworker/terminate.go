@@ -1,0 +1,84 @@
+package podworker
+
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
+)
+
+// Termination is the agent's own decision to stop a pod (node shutdown,
+// eviction): every container goes through the one stop path with Grace, and
+// the pod ends Failed with Reason and Message unless it already Succeeded.
+type Termination struct {
+	Grace     time.Duration
+	Reason    string
+	Message   string
+	Condition *v1.PodCondition // e.g. DisruptionTarget; added to the pod's conditions
+}
+
+// TerminatePod starts terminating a pod; the returned channel is closed once
+// none of its containers runs any more. A pod the agent does not hold, or one
+// already stopped, returns a closed channel.
+func (m *Manager) TerminatePod(uid types.UID, t Termination) <-chan struct{} {
+	w := m.worker(uid)
+	if w == nil {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	w.mu.Lock()
+	if w.termination == nil || w.termination.Reason == "" {
+		now := m.cfg.Clock.Now()
+		grace := t.Grace
+		if w.termination != nil {
+			// Already being deleted: keep whichever deadline comes first.
+			grace = min(grace, w.termination.Grace-now.Sub(w.termination.Since))
+		}
+		w.termination = &lifecycle.Termination{Since: now, Grace: max(grace, 0), Reason: t.Reason, Message: t.Message}
+		if t.Condition != nil {
+			w.extraConditions = append(w.extraConditions, *t.Condition)
+		}
+	}
+	ch := w.stoppedCh()
+	w.mu.Unlock()
+	w.poke()
+	return ch
+}
+
+// stoppedCh returns the channel closed when the worker sees nothing running
+// after a termination; call with w.mu held.
+func (w *worker) stoppedCh() <-chan struct{} {
+	if w.stopped == nil {
+		w.stopped = make(chan struct{})
+		if w.finished {
+			close(w.stopped)
+		}
+	}
+	return w.stopped
+}
+
+// markStopped closes the stopped channel once.
+func (w *worker) markStopped() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := w.stoppedCh()
+	select {
+	case <-ch:
+	default:
+		close(w.stopped)
+	}
+}
+
+// SetAdmission installs an extra admission check run before the resource
+// checks (the shutdown manager rejects new pods with it); nil removes it.
+func (m *Manager) SetAdmission(f func(pod *v1.Pod) *v1.PodStatus) {
+	m.mu.Lock()
+	m.extraAdmit = f
+	m.mu.Unlock()
+}
+
+// ActivePods are the admitted pods that are not terminal (for shutdown).
+func (m *Manager) ActivePods() []*v1.Pod { return m.activePods("") }

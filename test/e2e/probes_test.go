@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// The upstream "Probing container" cases, run in parallel against one podvisor.
+
+func execProbe(cmd ...string) v1.ProbeHandler {
+	return v1.ProbeHandler{Exec: &v1.ExecAction{Command: cmd}}
+}
+
+func restarts(pod *v1.Pod) int32 {
+	if cs := containerStatus(pod, "c"); cs != nil {
+		return cs.RestartCount
+	}
+	return 0
+}
+
+// holdsFor checks cond on every poll for d; it fails the test the first time it does not hold.
+func (p *Podvisor) holdsFor(t *testing.T, ns, name string, d time.Duration, what string, cond func(*v1.Pod) bool) {
+	t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		pod := p.waitPod(t, ns, name, 10*time.Second, "pod readable", func(*v1.Pod) bool { return true })
+		if !cond(pod) {
+			t.Fatalf("%s stopped holding: %s", what, describe(pod))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func TestProbes(t *testing.T) {
+	p := Shared(t)
+	ns := p.Namespace("probes")
+
+	t.Run("readiness initialDelaySeconds 15 is honoured", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "ready-delay", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: execProbe("true"), InitialDelaySeconds: 15, PeriodSeconds: 1}
+		p.create(t, pod)
+		got := p.waitPod(t, ns, "ready-delay", 60*time.Second, "Ready", isReady)
+		started := containerStatus(got, "c").State.Running.StartedAt.Time
+		readyAt := condition(got, v1.PodReady).LastTransitionTime.Time
+		if readyAt.Sub(started) < 15*time.Second {
+			t.Errorf("Ready %v after start, want >= 15s", readyAt.Sub(started))
+		}
+		if restarts(got) != 0 {
+			t.Errorf("restartCount = %d", restarts(got))
+		}
+	})
+
+	t.Run("readiness on a closed port never becomes Ready", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "ready-closed", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{
+			TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(closedPort(t)))}}, PeriodSeconds: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "ready-closed", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		p.holdsFor(t, ns, "ready-closed", 60*time.Second, "not Ready, no restart", func(pod *v1.Pod) bool {
+			return !isReady(pod) && restarts(pod) == 0
+		})
+	})
+
+	t.Run("exec liveness restarts when the file goes", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "health")
+		pod := p.pod(ns, "live-exec", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("echo ok > '%[1]s'; sleep 10; rm -f '%[1]s'; sleep 600", f)))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-exec", 90*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+	})
+
+	t.Run("exec liveness that keeps passing never restarts in 4 min", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "health")
+		pod := p.pod(ns, "live-exec-ok", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("echo ok > '%s'; sleep 600", f)))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-exec-ok", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		p.holdsFor(t, ns, "live-exec-ok", 4*time.Minute, "no restart", func(pod *v1.Pod) bool { return restarts(pod) == 0 })
+	})
+
+	t.Run("HTTP liveness against a server that starts failing", func(t *testing.T) {
+		t.Parallel()
+		var hits atomic.Int32
+		var ua atomic.Value
+		port := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ua.Store(r.UserAgent())
+			if hits.Add(1) > 3 {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}))
+		pod := p.pod(ns, "live-http", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
+			Path: "/healthz", Port: intstr.FromInt32(int32(port))}}, PeriodSeconds: 1, FailureThreshold: 2}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-http", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+		if got, _ := ua.Load().(string); got != "kube-probe/1.36" {
+			t.Errorf("User-Agent = %q, want kube-probe/1.36", got)
+		}
+	})
+
+	t.Run("TCP liveness on an open port never restarts", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		pod := p.pod(ns, "live-tcp", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{
+			Port: intstr.FromInt32(int32(portOf(l)))}}, PeriodSeconds: 1, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-tcp", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		p.holdsFor(t, ns, "live-tcp", 15*time.Second, "no restart", func(pod *v1.Pod) bool { return restarts(pod) == 0 })
+	})
+
+	grpcPort := serveGRPCHealth(t)
+	t.Run("gRPC liveness on a serving port never restarts", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "live-grpc", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(grpcPort)}},
+			PeriodSeconds: 1, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-grpc", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		p.holdsFor(t, ns, "live-grpc", 15*time.Second, "no restart", func(pod *v1.Pod) bool { return restarts(pod) == 0 })
+	})
+	t.Run("gRPC liveness on a wrong port restarts", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "live-grpc-bad", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(closedPort(t))}},
+			PeriodSeconds: 1, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-grpc-bad", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+	})
+
+	t.Run("exec liveness exceeding timeoutSeconds restarts", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "live-timeout", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("sleep", "10"), TimeoutSeconds: 1, PeriodSeconds: 2, FailureThreshold: 1}
+		p.create(t, pod)
+		p.waitPod(t, ns, "live-timeout", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+	})
+
+	t.Run("failing startup probe restarts", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "startup-fail", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod.Spec.Containers[0].StartupProbe = &v1.Probe{ProbeHandler: execProbe("false"), PeriodSeconds: 1, FailureThreshold: 3}
+		p.create(t, pod)
+		got := p.waitPod(t, ns, "startup-fail", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+		if cs := containerStatus(got, "c"); cs.Started != nil && *cs.Started {
+			t.Errorf("started = true for a container whose startup probe never passed")
+		}
+	})
+
+	t.Run("startup probe delays liveness; Ready follows startup within a readiness period", func(t *testing.T) {
+		t.Parallel()
+		f := filepath.Join(t.TempDir(), "started")
+		pod := p.pod(ns, "startup-gates", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("sleep 8; touch '%s'; sleep 3600", f)))
+		c := &pod.Spec.Containers[0]
+		c.StartupProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), PeriodSeconds: 1, FailureThreshold: 60}
+		c.LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), PeriodSeconds: 1, FailureThreshold: 1}
+		c.ReadinessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), PeriodSeconds: 3}
+		p.create(t, pod)
+		got := p.waitPod(t, ns, "startup-gates", 60*time.Second, "Ready", isReady)
+		if restarts(got) != 0 {
+			t.Errorf("liveness ran before startup succeeded: %s", describe(got))
+		}
+		cs := containerStatus(got, "c")
+		if cs.Started == nil || !*cs.Started {
+			t.Errorf("started not set: %s", describe(got))
+		}
+		started := cs.State.Running.StartedAt.Time
+		readyAt := condition(got, v1.PodReady).LastTransitionTime.Time
+		// startup passes ~8-9 s after start; Ready within one readiness period (3 s) after, ±1 s of API time truncation.
+		if d := readyAt.Sub(started); d < 8*time.Second || d > 8*time.Second+time.Second+3*time.Second+time.Second {
+			t.Errorf("Ready %v after start, want within a readiness period after startup (8-9 s)", d)
+		}
+	})
+
+	t.Run("liveness terminationGracePeriodSeconds overrides the pod's", func(t *testing.T) {
+		t.Parallel()
+		pod := p.pod(ns, "live-grace", v1.RestartPolicyAlways, sh("c", "trap '' TERM; while true; do sleep 1; done"))
+		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](500)
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("false"), InitialDelaySeconds: 2, PeriodSeconds: 1,
+			FailureThreshold: 1, TerminationGracePeriodSeconds: ptr.To[int64](5)}
+		created := time.Now()
+		p.create(t, pod)
+		got := p.waitPod(t, ns, "live-grace", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
+		if d := time.Since(created); d > 30*time.Second {
+			t.Errorf("restart took %v: the pod's 500 s grace was used instead of the probe's 5 s", d)
+		}
+		last := containerStatus(got, "c").LastTerminationState.Terminated
+		if last == nil || last.ExitCode != 137 {
+			t.Errorf("a SIGTERM-ignoring container should end by SIGKILL (137): %s", describe(got))
+		}
+		if d := last.FinishedAt.Sub(last.StartedAt.Time); d < 5*time.Second {
+			t.Errorf("killed %v after start: the 5 s grace was not given", d)
+		}
+	})
+}
+
+// closedPort returns a port nothing listens on.
+func closedPort(t *testing.T) int {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := portOf(l)
+	l.Close()
+	return port
+}
+
+// serveHTTP serves h on all addresses (probes default to the pod IP, the node's address).
+func serveHTTP(t *testing.T, h http.Handler) int {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return portOf(l)
+}
+
+func serveGRPCHealth(t *testing.T) int {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	go s.Serve(l)
+	t.Cleanup(func() { s.Stop() })
+	_ = context.Background
+	return portOf(l)
+}
