@@ -1,0 +1,158 @@
+package podworker
+
+import (
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// fakeRuntime runs nothing: Start makes an instance running at once.
+type fakeRuntime struct {
+	mu     sync.Mutex
+	next   int
+	byID   map[string]runtime.Status
+	events chan runtime.Event
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{byID: map[string]runtime.Status{}, events: make(chan runtime.Event, 100)}
+}
+
+func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	id := s.Name + "-" + string(rune('a'+f.next))
+	f.byID[id] = runtime.Status{ID: id, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
+	return id, nil
+}
+
+func (f *fakeRuntime) Start(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.byID[id]
+	st.State, st.StartedAt = runtime.StateRunning, time.Now()
+	f.byID[id] = st
+	return nil
+}
+
+func (f *fakeRuntime) Stop(_ context.Context, id string, _ syscall.Signal, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := f.byID[id]
+	st.State, st.FinishedAt, st.ExitCode = runtime.StateExited, time.Now(), 137
+	f.byID[id] = st
+	return nil
+}
+
+func (f *fakeRuntime) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.byID, id)
+	return nil
+}
+
+func (f *fakeRuntime) Status(_ context.Context, id string) (runtime.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, ok := f.byID[id]
+	if !ok {
+		return st, runtime.ErrNotFound
+	}
+	return st, nil
+}
+
+func (f *fakeRuntime) List(context.Context) ([]runtime.Status, error) { return nil, nil }
+
+func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writer, time.Duration) (int, error) {
+	return 0, nil
+}
+
+func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
+
+// statusLog keeps the newest status written per pod.
+type statusLog struct {
+	mu   sync.Mutex
+	last map[types.UID]v1.PodStatus
+}
+
+func (s *statusLog) Set(pod *v1.Pod, st v1.PodStatus, _ bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last[pod.UID] = st
+}
+
+func (s *statusLog) Forget(types.UID) {}
+
+func (s *statusLog) get(uid types.UID) (v1.PodStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.last[uid]
+	return st, ok
+}
+
+func testPod(name string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Command: []string{"sleep", "3600"}}},
+			RestartPolicy: v1.RestartPolicyAlways},
+	}
+}
+
+// A panic while handling one pod must not take down the agent or other pods:
+// the bad pod gets a FailedSync event, the good one runs.
+func TestPanicInOnePodSparesTheOthers(t *testing.T) {
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	rec := record.NewFakeRecorder(100)
+	m, err := New(Config{
+		NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(),
+		Status: statuses, Recorder: rec,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad, good := testPod("bad"), testPod("good")
+	syncHook = func(w *worker) {
+		if w.uid == bad.UID {
+			panic("boom")
+		}
+	}
+	defer func() { syncHook = nil }()
+	m.UpdatePod(bad)
+	m.UpdatePod(good)
+
+	deadline := time.Now().Add(10 * time.Second)
+	sawFailedSync := false
+	for time.Now().Before(deadline) {
+		select {
+		case e := <-rec.Events:
+			if strings.Contains(e, "FailedSync") && strings.Contains(e, "boom") {
+				sawFailedSync = true
+			}
+		default:
+		}
+		st, ok := statuses.get(good.UID)
+		if sawFailedSync && ok && st.Phase == v1.PodRunning && len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, _ := statuses.get(good.UID)
+	t.Fatalf("sawFailedSync=%v, good pod status: %+v", sawFailedSync, st)
+}
