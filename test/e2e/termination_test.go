@@ -288,22 +288,23 @@ func TestGracefulTermination(t *testing.T) {
 
 	t.Run("a hanging preStop is cut at grace + 2 s", func(t *testing.T) {
 		t.Parallel()
-		pod := p.pod(ns, "hangs", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		// The container ignores SIGTERM, so only SIGKILL at grace + 2 s ends it.
+		pod := p.pod(ns, "hangs", v1.RestartPolicyAlways, sh("c", "trap '' TERM; while true; do sleep 0.2; done"))
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHook("sleep 3600")}
 		p.create(t, pod)
 		p.waitPod(t, ns, "hangs", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
 		deleted := time.Now()
 		p.deletePod(t, ns, "hangs", 5)
 		gone := p.waitGone(t, ns, "hangs", time.Minute)
-		if d := gone.Sub(deleted); d < 5*time.Second || d > 8*time.Second+time.Second/2 {
-			t.Errorf("pod gone %v after delete with grace 5 and a hanging preStop, want about 7 s", d)
+		if d := gone.Sub(deleted); d < 7*time.Second-time.Second/2 || d > 8*time.Second+time.Second/2 {
+			t.Errorf("pod gone %v after delete with grace 5 and a hanging preStop, want 7 s (grace + the 2 s extension)", d)
 		}
 	})
 
 	t.Run("force delete removes the object at once and the processes within 3 s", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		pod := p.pod(ns, "forced", v1.RestartPolicyAlways, sh("c", "echo $$ > '"+dir+"/pid'; setsid sleep 3600 & echo $! > '"+dir+"/child'; trap '' TERM; while true; do sleep 0.2; done"))
+		pod := p.pod(ns, "forced", v1.RestartPolicyAlways, sh("c", "echo $$$$ > '"+dir+"/pid'; setsid sleep 3600 & echo $! > '"+dir+"/child'; trap '' TERM; while true; do sleep 0.2; done"))
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](300)
 		p.create(t, pod)
 		p.waitPod(t, ns, "forced", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
@@ -379,7 +380,7 @@ func TestAgentRestartDuringTermination(t *testing.T) {
 	p.Start()
 	ns := p.Namespace("restart-term")
 	dir := t.TempDir()
-	pod := p.pod(ns, "slow-stop", v1.RestartPolicyAlways, sh("c", "echo $$ > '"+dir+"/pid'; exec sleep 3600"))
+	pod := p.pod(ns, "slow-stop", v1.RestartPolicyAlways, sh("c", "echo $$$$ > '"+dir+"/pid'; exec sleep 3600"))
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHook("echo prestop >> '" + dir + "/prestop'; sleep 5")}
 	p.create(t, pod)
