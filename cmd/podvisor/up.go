@@ -21,6 +21,8 @@ func runUp(args []string) error {
 	fs.StringVar(&o.NodeName, "node-name", "", "name of the node (default: the hostname)")
 	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
 	fs.IntVar(&o.TerminatedPodGCThreshold, "terminated-pod-gc-threshold", 12500, "terminated pods kept before the pod GC deletes the oldest")
+	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", 0, "embedded etcd client port on 127.0.0.1 (default: the recorded one, else 2379 or a free port)")
+	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (default: the recorded one, else 2380 or a free port)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

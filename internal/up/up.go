@@ -36,6 +36,8 @@ type Options struct {
 	NodeName                 string
 	ConfigFile               string
 	TerminatedPodGCThreshold int
+	EtcdClientPort           int  // 0: as recorded, else 2379 or a free port
+	EtcdPeerPort             int  // 0: as recorded, else 2380 or a free port
 	Verbose                  bool // component logs to stderr as well as the log file
 }
 
@@ -66,6 +68,12 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
 		return err
+	}
+	if o.EtcdClientPort != 0 || o.EtcdPeerPort != 0 {
+		if o.EtcdClientPort == 0 || o.EtcdPeerPort == 0 {
+			return fmt.Errorf("--etcd-client-port and --etcd-peer-port go together")
+		}
+		st.EtcdClientPort, st.EtcdPeerPort = o.EtcdClientPort, o.EtcdPeerPort
 	}
 	if err := pickEtcdPorts(&st, dir); err != nil {
 		return err

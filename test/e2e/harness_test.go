@@ -66,12 +66,14 @@ type Podvisor struct {
 	Agent    int
 	NodeName string
 	Args     []string
-	cmd      *exec.Cmd
-	stderr   *syncBuffer
-	exited   chan struct{}
-	exitErr  error
-	Admin    *kubernetes.Clientset
-	AdminCfg *rest.Config
+	// etcdPorts are chosen once and kept across restarts of this podvisor.
+	etcdPorts [2]int
+	cmd       *exec.Cmd
+	stderr    *syncBuffer
+	exited    chan struct{}
+	exitErr   error
+	Admin     *kubernetes.Clientset
+	AdminCfg  *rest.Config
 }
 
 type syncBuffer struct {
@@ -111,8 +113,13 @@ func NewPodvisor(t *testing.T, extra ...string) *Podvisor {
 // Start runs podvisor up and waits for the ready line.
 func (p *Podvisor) Start() {
 	p.t.Helper()
+	if p.etcdPorts[0] == 0 {
+		// Parallel podvisors would race for etcd's usual 2379/2380: give each its own.
+		p.etcdPorts = [2]int{freePort(p.t), freePort(p.t)}
+	}
 	args := append([]string{"up", "--data-dir", p.DataDir, "--api-port", fmt.Sprint(p.APIPort),
-		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName}, p.Args...)
+		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
+		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1])}, p.Args...)
 	p.cmd = exec.Command(binary, args...)
 	p.stderr = &syncBuffer{}
 	p.cmd.Stderr = p.stderr
