@@ -6,15 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/podvisor/podvisor/internal/httpget"
 	"github.com/podvisor/podvisor/internal/version"
 )
 
@@ -68,7 +66,10 @@ func (r *Runner) httpHandler(log *slog.Logger, pod *v1.Pod, c *v1.Container, pod
 // get sends the hook. Any HTTP response counts as success: upstream's
 // lifecycle handler, unlike its HTTP probe, never looks at the status code.
 func (r *Runner) get(ctx context.Context, log *slog.Logger, c *v1.Container, podIP string, a *v1.HTTPGetAction) error {
-	req, err := newRequest(ctx, a, c, podIP)
+	req, err := httpget.NewRequest(ctx, a, c, podIP, userAgent)
+	if errors.Is(err, httpget.ErrNoHost) {
+		err = errors.New("the pod has no IP to send the hook to")
+	}
 	if err != nil {
 		return err
 	}
@@ -97,85 +98,4 @@ func (r *Runner) get(ctx context.Context, log *slog.Logger, c *v1.Container, pod
 func gotHTTPResponse(err error) bool {
 	var urlErr *url.Error
 	return errors.As(err, &urlErr) && strings.Contains(urlErr.Err.Error(), "server gave HTTP response to HTTPS client")
-}
-
-// newRequest builds the GET for a as upstream does: host defaults to the pod
-// IP, the port may be a name of one of c's ports, headers are sent as given
-// and User-Agent and Accept get defaults.
-func newRequest(ctx context.Context, a *v1.HTTPGetAction, c *v1.Container, podIP string) (*http.Request, error) {
-	scheme := strings.ToLower(string(a.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	host := a.Host
-	if host == "" {
-		host = podIP
-	}
-	if host == "" {
-		return nil, errors.New("the pod has no IP to send the hook to")
-	}
-	port, err := resolvePort(a.Port, c)
-	if err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(a.Path)
-	if err != nil {
-		// A path that does not parse is passed on as it is, as upstream.
-		u = &url.URL{Path: a.Path}
-	}
-	u.Scheme = scheme
-	u.Host = net.JoinHostPort(host, strconv.Itoa(port))
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	headers := make(http.Header)
-	for _, h := range a.HTTPHeaders {
-		headers.Add(h.Name, h.Value)
-	}
-	if _, ok := headers["User-Agent"]; !ok {
-		headers.Set("User-Agent", userAgent)
-	}
-	if _, ok := headers["Accept"]; !ok {
-		headers.Set("Accept", "*/*")
-	} else if headers.Get("Accept") == "" {
-		headers.Del("Accept") // set empty: send none
-	}
-	req.Header = headers
-	req.Host = headers.Get("Host")
-	return req, nil
-}
-
-// resolvePort turns a numeric or named port into a number. A name that is not
-// one of c's ports but reads as a number is that number, as upstream.
-func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
-	port := -1
-	switch p.Type {
-	case intstr.Int:
-		port = p.IntValue()
-	case intstr.String:
-		n, ok := namedPort(c, p.StrVal)
-		if !ok {
-			var err error
-			if n, err = strconv.Atoi(p.StrVal); err != nil {
-				// Upstream reports strconv's error here; a name is clearer.
-				return 0, fmt.Errorf("container %q has no port named %q", c.Name, p.StrVal)
-			}
-		}
-		port = n
-	}
-	if port <= 0 || port > 65535 {
-		return 0, fmt.Errorf("invalid port number: %v", port)
-	}
-	return port, nil
-}
-
-func namedPort(c *v1.Container, name string) (int, bool) {
-	for _, p := range c.Ports {
-		if p.Name == name {
-			return int(p.ContainerPort), true
-		}
-	}
-	return 0, false
 }

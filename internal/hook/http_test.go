@@ -157,7 +157,7 @@ func TestHTTPHookUnknownPortName(t *testing.T) {
 	_, got := hookServer(t, false, http.StatusOK)
 	c := &v1.Container{Name: "c", Ports: []v1.ContainerPort{{Name: "web", ContainerPort: 8080}}}
 	res := runHTTP(t, c, httpHook("", intstr.FromString("admin"), "/x"))
-	want := `HTTP lifecycle hook (/x) for Container "c" in Pod "p_ns(uid)" failed - error: container "c" has no port named "admin"`
+	want := `HTTP lifecycle hook (/x) for Container "c" in Pod "p_ns(uid)" failed - error: port "admin" not found in the ports of container "c"`
 	if res.err == nil || res.msg != want {
 		t.Fatalf("got %q, %v\nwant %q", res.msg, res.err, want)
 	}

@@ -3,9 +3,13 @@ package probe
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/httpget"
 )
 
 // result of one probe run, as upstream's pkg/probe.
@@ -65,13 +69,13 @@ func newAction(e env, t timing, p *v1.Probe, c *v1.Container, containerID, podIP
 	case p.Exec != nil:
 		return &execAction{exec: e.exec, containerID: containerID, cmd: expandStatic(p.Exec.Command, c.Env), timeout: t.timeout}
 	case p.HTTPGet != nil:
-		req, err := newHTTPRequest(p.HTTPGet, c, podIP, e.userAgent)
+		req, err := httpget.NewRequest(context.Background(), p.HTTPGet, c, podIP, e.userAgent)
 		if err != nil {
 			return invalid{err}
 		}
 		return &httpAction{prober: e.http, req: req, timeout: t.timeout}
 	case p.TCPSocket != nil:
-		port, err := resolvePort(p.TCPSocket.Port, c)
+		port, err := httpget.ResolvePort(p.TCPSocket.Port, c)
 		if err != nil {
 			return invalid{err}
 		}
@@ -79,14 +83,14 @@ func newAction(e env, t timing, p *v1.Probe, c *v1.Container, containerID, podIP
 		if host == "" {
 			host = podIP
 		}
-		return &tcpAction{addr: joinHostPort(host, port), timeout: t.timeout}
+		return &tcpAction{addr: net.JoinHostPort(host, strconv.Itoa(port)), timeout: t.timeout}
 	default:
 		service := ""
 		if p.GRPC.Service != nil {
 			service = *p.GRPC.Service
 		}
 		// gRPC probes have no host field: always the pod IP, as upstream.
-		return &grpcAction{addr: joinHostPort(podIP, int(p.GRPC.Port)), service: service, timeout: t.timeout, userAgent: e.userAgent}
+		return &grpcAction{addr: net.JoinHostPort(podIP, strconv.Itoa(int(p.GRPC.Port))), service: service, timeout: t.timeout, userAgent: e.userAgent}
 	}
 }
 

@@ -7,11 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
-
-	v1 "k8s.io/api/core/v1"
 )
 
 // httpProber holds the one transport every HTTP probe shares. Keep-alives are
@@ -28,50 +24,6 @@ func newHTTPProber() *httpProber {
 		Proxy:              nil,  // never the node's proxy
 		DialContext:        probeDialer().DialContext,
 	}}
-}
-
-// newHTTPRequest builds the request of an httpGet probe: scheme, host (the pod
-// IP by default), port (number or name), path and headers, with upstream's
-// User-Agent and Accept unless the probe sets them.
-func newHTTPRequest(g *v1.HTTPGetAction, c *v1.Container, podIP, userAgent string) (*http.Request, error) {
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	host := g.Host
-	if host == "" {
-		host = podIP
-	}
-	port, err := resolvePort(g.Port, c)
-	if err != nil {
-		return nil, err
-	}
-	u, err := url.Parse(g.Path)
-	if err != nil {
-		// Too late to reject a bad path: send it as written, as upstream.
-		u = &url.URL{Path: g.Path}
-	}
-	u.Scheme = scheme
-	u.Host = joinHostPort(host, port)
-	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("invalid httpGet probe: %w", err)
-	}
-	headers := http.Header{}
-	for _, h := range g.HTTPHeaders {
-		headers.Add(h.Name, h.Value)
-	}
-	if _, ok := headers["User-Agent"]; !ok {
-		headers.Set("User-Agent", userAgent)
-	}
-	if _, ok := headers["Accept"]; !ok {
-		headers.Set("Accept", "*/*")
-	} else if headers.Get("Accept") == "" {
-		headers.Del("Accept") // an empty Accept removes it, as upstream
-	}
-	req.Header = headers
-	req.Host = headers.Get("Host")
-	return req, nil
 }
 
 // httpAction succeeds on 200 ≤ status < 400.
