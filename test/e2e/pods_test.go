@@ -289,3 +289,30 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// kubectl logs --previous shows the instance before the current one, and -f
+// follows the current one until it exits.
+func TestKubectlLogsPreviousAndFollow(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("logs-previous")
+	file := filepath.Join(t.TempDir(), "runs")
+	// Run 1 prints run-1 and exits 1; run 2 prints run-2, then three ticks and exits 0.
+	script := "echo x >> '" + file + "'; n=$(wc -l < '" + file + "'); echo run-$n; " +
+		"if [ $n -eq 1 ]; then exit 1; fi; for i in 1 2 3; do sleep 1; echo tick-$i; done"
+	p.create(t, p.pod(ns, "twice", v1.RestartPolicyOnFailure, sh("c", script)))
+	p.waitPod(t, ns, "twice", 60*time.Second, "the second run", func(pod *v1.Pod) bool {
+		cs := containerStatus(pod, "c")
+		return cs != nil && cs.RestartCount == 1 && cs.State.Running != nil
+	})
+	kc := filepath.Join(p.DataDir, "admin.kubeconfig")
+	o, e, code := runPodvisor(t, 30*time.Second, "kubectl", "--kubeconfig", kc, "-n", ns, "logs", "twice", "--previous")
+	if code != 0 || o != "run-1\n" {
+		t.Errorf("logs --previous = %q (stderr %q)", o, e)
+	}
+	// -f returns when the container exits, with everything it wrote.
+	o, e, code = runPodvisor(t, 30*time.Second, "kubectl", "--kubeconfig", kc, "-n", ns, "logs", "-f", "twice")
+	if code != 0 || o != "run-2\ntick-1\ntick-2\ntick-3\n" {
+		t.Errorf("logs -f = %q (stderr %q)", o, e)
+	}
+}
