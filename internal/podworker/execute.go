@@ -57,13 +57,15 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		rt := w.m.cfg.Runtime
 		spec, err := w.buildSpec(ctx, pod, c, a.Attempt)
 		if err != nil {
-			reason := "RunContainerError"
-			var ce configError
-			if errors.As(err, &ce) {
-				reason = "CreateContainerConfigError"
+			reason, failedEvent := waitingReason(err)
+			msg := err.Error()
+			if reason == "ContainerCreating" {
+				msg = "" // a volume not ready yet: upstream shows only a FailedMount event
 			}
-			w.setWaiting(a.Container, reason, err.Error())
-			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			w.setWaiting(a.Container, reason, msg)
+			if failedEvent {
+				w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			}
 			return
 		}
 		id, err := rt.Create(ctx, spec)

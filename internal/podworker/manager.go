@@ -204,6 +204,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) {
 	entries, _ := os.ReadDir(m.cfg.PodsDir)
 	for _, e := range entries {
 		if !known[e.Name()] {
+			unmountUnder(filepath.Join(m.cfg.PodsDir, e.Name()))
 			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
 		}
 	}

@@ -3,20 +3,24 @@ package podworker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"os/user"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podvisor/podvisor/internal/expansion"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// buildSpec turns a container of the pod into what the runtime needs. Every
-// way it can fail is a configError that the user sees on the container.
+// buildSpec turns a container of the pod into what the runtime needs, with
+// the pod's volumes set up first. Every way it can fail is a configError
+// that the user sees on the container.
 func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int32) (runtime.ContainerSpec, error) {
 	if len(c.Command) == 0 {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf(
@@ -24,6 +28,19 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	if c.Stdin || c.TTY {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported by the process runtime", c.Name)}
+	}
+	features := runtimeFeatures(w.m.cfg.Runtime)
+	user, err := containerUser(pod, c)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
+	}
+	if user != nil && !features.Users {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: runAsUser, runAsGroup and supplementalGroups need the agent to run as root", c.Name)}
+	}
+	// Volumes first: upstream mounts them before it looks at any container.
+	paths, err := w.setupVolumes(ctx, pod)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
 	}
 	env, err := w.m.containerEnv(ctx, pod, c)
 	if err != nil {
@@ -36,7 +53,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	var cmd []string
 	for _, s := range append(append([]string{}, c.Command...), c.Args...) {
-		cmd = append(cmd, expand(s, lookup))
+		cmd = append(cmd, expansion.Expand(s, lookup))
+	}
+	mounts, err := containerMounts(pod, c, paths, lookup, features)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
 	}
 	dir := w.podDir()
 	if err := os.MkdirAll(filepath.Join(dir, c.Name), 0o755); err != nil {
@@ -46,27 +67,132 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if tmp == "" {
 		tmp = v1.TerminationMessagePathDefault
 	}
-	return runtime.ContainerSpec{
+	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
 		Name: c.Name, Attempt: attempt, Command: cmd, Env: env,
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
-	}, nil
+		Mounts:                 mounts,
+		User:                   user,
+	}
+	if features.Limits {
+		spec.Resources = containerResources(c)
+	}
+	return spec, nil
 }
 
-// containerEnv builds the environment as the kubelet does: envFrom first,
-// then env in order, each value with $(VAR) expanded against what precedes it.
+// runtimeFeatures is what rt honours; a runtime that does not say honours all.
+func runtimeFeatures(rt runtime.Runtime) runtime.Features {
+	if fr, ok := rt.(runtime.FeatureReporter); ok {
+		return fr.Features()
+	}
+	return runtime.Features{Mounts: true, Limits: true, Users: true}
+}
+
+// containerResources maps limits and requests to cgroup values as the
+// kubelet does: memory limit as is, CPU limit as a CFS quota per 100 ms
+// (at least 1 ms), CPU request as shares (2 when none, as for BestEffort).
+func containerResources(c *v1.Container) runtime.Resources {
+	var r runtime.Resources
+	if q, ok := c.Resources.Limits[v1.ResourceMemory]; ok {
+		r.MemoryLimitBytes = q.Value()
+	}
+	if q, ok := c.Resources.Limits[v1.ResourceCPU]; ok && !q.IsZero() {
+		const period = 100000
+		r.CPUPeriodMicros = period
+		r.CPUQuotaMicros = max(q.MilliValue()*period/1000, 1000)
+	}
+	req := c.Resources.Requests[v1.ResourceCPU]
+	r.CPUShares = uint64(min(max(req.MilliValue()*1024/1000, 2), 262144))
+	return r
+}
+
+// containerUser is the user, group and supplementary groups the container
+// runs as (container securityContext over pod's); nil when none is set.
+// runAsNonRoot is checked as upstream: there is no image user, so an unset
+// runAsUser means root.
+func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
+	var uid, gid *int64
+	var nonRoot *bool
+	psc := pod.Spec.SecurityContext
+	if psc != nil {
+		uid, gid, nonRoot = psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot
+	}
+	if sc := c.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			uid = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			gid = sc.RunAsGroup
+		}
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+	}
+	if nonRoot != nil && *nonRoot {
+		podRef := fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
+		if uid == nil {
+			return nil, configError{fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", podRef, c.Name)}
+		}
+		if *uid == 0 {
+			return nil, configError{fmt.Sprintf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", podRef, c.Name)}
+		}
+	}
+	var groups []uint32
+	if psc != nil {
+		for _, g := range psc.SupplementalGroups {
+			groups = append(groups, uint32(g))
+		}
+		if psc.FSGroup != nil {
+			groups = append(groups, uint32(*psc.FSGroup))
+		}
+	}
+	if uid == nil && gid == nil && len(groups) == 0 {
+		return nil, nil
+	}
+	cred := &runtime.Credential{Groups: groups}
+	if uid != nil {
+		cred.UID = uint32(*uid)
+	}
+	switch {
+	case gid != nil:
+		cred.GID = uint32(*gid)
+	case uid != nil:
+		// No image /etc/passwd: the host's says the user's group, else 0 as runc.
+		if u, err := user.LookupId(strconv.FormatInt(*uid, 10)); err == nil {
+			if g, err := strconv.ParseUint(u.Gid, 10, 32); err == nil {
+				cred.GID = uint32(g)
+			}
+		}
+	}
+	return cred, nil
+}
+
+// containerEnv builds the environment as the kubelet's makeEnvironmentVariables:
+// envFrom first, then env in order (a later definition replaces an earlier
+// one), each value with $(VAR) expanded against what precedes it and the
+// service variables, then the service variables nothing replaced.
 func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container) ([]string, error) {
+	services, err := m.serviceEnv(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
 	vars := map[string]string{}
+	// scope is what $(VAR) sees: the variables so far over the service variables.
+	scope := maps.Clone(services)
+	if scope == nil {
+		scope = map[string]string{}
+	}
 	var order []string
 	set := func(k, v string) {
 		if _, ok := vars[k]; !ok {
 			order = append(order, k)
 		}
 		vars[k] = v
+		scope[k] = v
 	}
 	for _, from := range c.EnvFrom {
-		data, err := m.envFromSource(ctx, pod.Namespace, from)
+		data, err := m.envFromSource(ctx, pod, from)
 		if err != nil {
 			return nil, err
 		}
@@ -80,8 +206,8 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		}
 	}
 	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			set(e.Name, expand(e.Value, vars))
+		if e.Value != "" || e.ValueFrom == nil {
+			set(e.Name, expansion.Expand(e.Value, scope))
 			continue
 		}
 		v, ok, err := m.envValueFrom(ctx, pod, c, e.ValueFrom)
@@ -90,6 +216,16 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		}
 		if ok {
 			set(e.Name, v)
+		}
+	}
+	svcKeys := make([]string, 0, len(services))
+	for k := range services {
+		svcKeys = append(svcKeys, k)
+	}
+	sort.Strings(svcKeys)
+	for _, k := range svcKeys {
+		if _, ok := vars[k]; !ok {
+			set(k, services[k])
 		}
 	}
 	if _, ok := vars["PATH"]; !ok {
@@ -106,11 +242,11 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 	return out, nil
 }
 
-func (m *Manager) envFromSource(ctx context.Context, ns string, from v1.EnvFromSource) (map[string]string, error) {
+func (m *Manager) envFromSource(ctx context.Context, pod *v1.Pod, from v1.EnvFromSource) (map[string]string, error) {
 	switch {
 	case from.ConfigMapRef != nil:
 		optional := from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional
-		cm, err := m.cfg.Client.CoreV1().ConfigMaps(ns).Get(ctx, from.ConfigMapRef.Name, metav1.GetOptions{})
+		cm, err := m.getConfigMap(ctx, pod.UID, pod.Namespace, from.ConfigMapRef.Name)
 		if err != nil {
 			if apierrors.IsNotFound(err) && optional {
 				return nil, nil
@@ -120,7 +256,7 @@ func (m *Manager) envFromSource(ctx context.Context, ns string, from v1.EnvFromS
 		return cm.Data, nil
 	case from.SecretRef != nil:
 		optional := from.SecretRef.Optional != nil && *from.SecretRef.Optional
-		s, err := m.cfg.Client.CoreV1().Secrets(ns).Get(ctx, from.SecretRef.Name, metav1.GetOptions{})
+		s, err := m.getSecret(ctx, pod.UID, pod.Namespace, from.SecretRef.Name)
 		if err != nil {
 			if apierrors.IsNotFound(err) && optional {
 				return nil, nil
@@ -136,19 +272,24 @@ func (m *Manager) envFromSource(ctx context.Context, ns string, from v1.EnvFromS
 	return nil, nil
 }
 
-// envValueFrom resolves one valueFrom; ok is false for an optional value that is absent.
+// envValueFrom resolves one valueFrom; ok is false for an optional value
+// that is absent (the variable is then not set at all, as upstream).
 func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container, from *v1.EnvVarSource) (string, bool, error) {
 	switch {
 	case from.FieldRef != nil:
-		v, err := m.fieldValue(pod, from.FieldRef.FieldPath)
+		v, err := fieldValue(pod, from.FieldRef.FieldPath, m.cfg.HostIP)
 		return v, err == nil, err
 	case from.ResourceFieldRef != nil:
-		v, err := resourceValue(pod, c, from.ResourceFieldRef)
+		var alloc v1.ResourceList
+		if m.cfg.Allocatable != nil {
+			alloc = m.cfg.Allocatable()
+		}
+		v, err := resourceValue(pod, c, from.ResourceFieldRef, alloc)
 		return v, err == nil, err
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
 		optional := ref.Optional != nil && *ref.Optional
-		cm, err := m.cfg.Client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		cm, err := m.getConfigMap(ctx, pod.UID, pod.Namespace, ref.Name)
 		if err != nil {
 			if apierrors.IsNotFound(err) && optional {
 				return "", false, nil
@@ -157,9 +298,6 @@ func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container
 		}
 		v, ok := cm.Data[ref.Key]
 		if !ok {
-			if b, okb := cm.BinaryData[ref.Key]; okb {
-				return string(b), true, nil
-			}
 			if optional {
 				return "", false, nil
 			}
@@ -169,7 +307,7 @@ func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container
 	case from.SecretKeyRef != nil:
 		ref := from.SecretKeyRef
 		optional := ref.Optional != nil && *ref.Optional
-		s, err := m.cfg.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		s, err := m.getSecret(ctx, pod.UID, pod.Namespace, ref.Name)
 		if err != nil {
 			if apierrors.IsNotFound(err) && optional {
 				return "", false, nil
@@ -186,103 +324,4 @@ func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container
 		return string(v), true, nil
 	}
 	return "", false, configError{"env valueFrom with no source"}
-}
-
-func (m *Manager) fieldValue(pod *v1.Pod, path string) (string, error) {
-	switch path {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP":
-		return m.cfg.HostIP, nil
-	case "status.hostIPs", "status.podIPs":
-		return m.cfg.HostIP, nil
-	}
-	for _, prefix := range []string{"metadata.labels", "metadata.annotations"} {
-		if rest, ok := strings.CutPrefix(path, prefix+"['"); ok && strings.HasSuffix(rest, "']") {
-			key := strings.TrimSuffix(rest, "']")
-			if prefix == "metadata.labels" {
-				return pod.Labels[key], nil
-			}
-			return pod.Annotations[key], nil
-		}
-	}
-	return "", configError{fmt.Sprintf("unsupported fieldRef fieldPath %q", path)}
-}
-
-func resourceValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector) (string, error) {
-	target := c
-	if ref.ContainerName != "" {
-		t, ok := findContainer(pod, ref.ContainerName)
-		if !ok {
-			return "", configError{fmt.Sprintf("resourceFieldRef: no container %q", ref.ContainerName)}
-		}
-		target = t
-	}
-	divisor := ref.Divisor
-	var q = target.Resources.Limits
-	name := ref.Resource
-	if rest, ok := strings.CutPrefix(name, "requests."); ok {
-		q, name = target.Resources.Requests, rest
-	} else {
-		name = strings.TrimPrefix(name, "limits.")
-	}
-	v, ok := q[v1.ResourceName(name)]
-	if !ok {
-		// Unset limits default to the node's allocatable, as upstream.
-		return "", configError{fmt.Sprintf("resourceFieldRef %q: not set on container %q (defaulting to node allocatable is not supported yet)", ref.Resource, target.Name)}
-	}
-	if divisor.IsZero() {
-		if name == "cpu" {
-			return fmt.Sprint((v.MilliValue() + 999) / 1000), nil
-		}
-		return fmt.Sprint(v.Value()), nil
-	}
-	if name == "cpu" {
-		return fmt.Sprint((v.MilliValue() + divisor.MilliValue() - 1) / divisor.MilliValue()), nil
-	}
-	return fmt.Sprint((v.Value() + divisor.Value() - 1) / divisor.Value()), nil
-}
-
-// expand replaces $(VAR) with its value when VAR is defined, turns $$ into $,
-// and leaves anything else as written, as the kubelet's expansion does.
-func expand(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := vars[name]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }

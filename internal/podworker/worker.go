@@ -305,6 +305,7 @@ func (w *worker) finish(ctx context.Context) {
 		}
 		_ = w.m.cfg.Runtime.Remove(ctx, id)
 	}
+	w.teardownVolumes()
 	_ = os.RemoveAll(w.podDir())
 	w.m.removeWorker(w.uid)
 }

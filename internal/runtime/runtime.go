@@ -47,6 +47,49 @@ type ContainerSpec struct {
 	// process may write its termination message; the runtime maps it to a host file.
 	TerminationMessagePath string
 	Labels                 map[string]string
+	// Mounts are bind mounts into the container's private mount namespace.
+	Mounts []Mount `json:",omitempty"`
+	// Resources are the container's cgroup limits; zero values mean unlimited.
+	Resources Resources
+	// User, when set, is who the container's processes run as; nil: the agent's user.
+	User *Credential `json:",omitempty"`
+}
+
+// Mount makes HostPath visible at ContainerPath inside the container.
+type Mount struct {
+	HostPath      string
+	ContainerPath string
+	ReadOnly      bool
+}
+
+// Resources are cgroup limits; a zero field is not set.
+type Resources struct {
+	MemoryLimitBytes int64
+	CPUQuotaMicros   int64 // per CPUPeriodMicros
+	CPUPeriodMicros  int64
+	CPUShares        uint64 // cgroup v1 cpu.shares; converted to cpu.weight on v2
+}
+
+// Credential is a user, primary group and supplementary groups.
+type Credential struct {
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+}
+
+// Features says what a runtime can honour, so that the agent can refuse a
+// container it cannot run as specified with a clear reason instead of
+// running it differently.
+type Features struct {
+	Mounts bool // ContainerSpec.Mounts (a private mount namespace)
+	Limits bool // ContainerSpec.Resources
+	Users  bool // ContainerSpec.User
+}
+
+// FeatureReporter is implemented by runtimes that cannot honour every field
+// of ContainerSpec; a runtime that does not implement it honours them all.
+type FeatureReporter interface {
+	Features() Features
 }
 
 // Status is what the runtime knows of one container instance.

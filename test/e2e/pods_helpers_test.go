@@ -8,8 +8,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,6 +56,15 @@ func stopShared() {
 // message path).
 func killLeftovers(dataDir string) {
 	_ = exec.Command("pkill", "-KILL", "-f", dataDir).Run()
+	// Memory emptyDirs are tmpfs mounts under the data dir: lazily unmount them.
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && strings.HasPrefix(f[4], dataDir) {
+				_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+			}
+		}
+	}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())

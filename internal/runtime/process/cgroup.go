@@ -7,16 +7,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 const cgroupRoot = "/sys/fs/cgroup"
 
-// v1Controllers are the v1 hierarchies a container gets a cgroup in: pids to
-// find every process, memory to see OOM kills (and, later, to limit).
+// v1Controllers are the v1 hierarchies a container must get a cgroup in:
+// pids to find every process, memory to see OOM kills and limit memory.
 var v1Controllers = []string{"pids", "memory"}
+
+// v1Optional are v1 hierarchies used when the machine has them: cpu for the
+// CPU quota and shares.
+var v1Optional = []string{"cpu"}
 
 // cgroupSet is a container's cgroup: one directory per v1 hierarchy, or a
 // single v2 directory. The zero value (no directories) means none, and every
@@ -40,6 +47,7 @@ func selfCgroups() ([]string, error) {
 	}
 	v2 := unified()
 	var dirs []string
+	found := 0
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		parts := strings.SplitN(sc.Text(), ":", 3)
@@ -53,14 +61,17 @@ func selfCgroups() ([]string, error) {
 			continue
 		}
 		for _, ctrl := range strings.Split(parts[1], ",") {
-			for _, want := range v1Controllers {
-				if ctrl == want {
-					dirs = append(dirs, filepath.Join(cgroupRoot, want, parts[2]))
+			if slices.Contains(v1Controllers, ctrl) {
+				dirs = append(dirs, filepath.Join(cgroupRoot, ctrl, parts[2]))
+				found++
+			} else if slices.Contains(v1Optional, ctrl) {
+				if _, err := os.Stat(filepath.Join(cgroupRoot, ctrl)); err == nil {
+					dirs = append(dirs, filepath.Join(cgroupRoot, ctrl, parts[2]))
 				}
 			}
 		}
 	}
-	if len(dirs) != len(v1Controllers) {
+	if found != len(v1Controllers) {
 		return nil, fmt.Errorf("cgroup v1 hierarchies %v not all found in /proc/self/cgroup", v1Controllers)
 	}
 	return dirs, nil
@@ -68,8 +79,8 @@ func selfCgroups() ([]string, error) {
 
 // createCgroups makes the container's cgroup below parent (the shim's own,
 // from selfCgroups), as parent/podvisor/<id>, so a container stays inside
-// whatever confines podvisor.
-func createCgroups(parent []string, id string) (cgroupSet, error) {
+// whatever confines podvisor, and applies the limits before anything joins.
+func createCgroups(parent []string, id string, res runtime.Resources) (cgroupSet, error) {
 	var set cgroupSet
 	for _, dir := range parent {
 		d := filepath.Join(dir, "podvisor", id)
@@ -79,16 +90,95 @@ func createCgroups(parent []string, id string) (cgroupSet, error) {
 		}
 		set.Dirs = append(set.Dirs, d)
 	}
-	if err := set.applyLimits(); err != nil {
+	if err := set.applyLimits(res); err != nil {
 		set.remove()
 		return cgroupSet{}, err
 	}
 	return set, nil
 }
 
-// applyLimits is where resource limits (memory.limit_in_bytes / memory.max,
-// pids.max, cpu) will be written; limits are a later issue.
-func (c cgroupSet) applyLimits() error { return nil }
+// applyLimits writes the container's resource limits into the set, in the
+// files of whichever cgroup version the directory belongs to.
+func (c cgroupSet) applyLimits(res runtime.Resources) error {
+	for _, d := range c.Dirs {
+		for _, w := range limitWrites(d, res, len(c.Dirs) == 1 && unified()) {
+			if err := os.WriteFile(filepath.Join(d, w.file), []byte(w.value), 0); err != nil {
+				if w.optional && errors.Is(err, os.ErrNotExist) {
+					continue
+				}
+				return fmt.Errorf("set %s to %s: %w", w.file, w.value, err)
+			}
+		}
+	}
+	return nil
+}
+
+type cgroupWrite struct {
+	file, value string
+	optional    bool // the file may not exist (no swap accounting)
+}
+
+// limitWrites is what applyLimits writes into one directory, in order.
+func limitWrites(dir string, res runtime.Resources, v2 bool) []cgroupWrite {
+	var out []cgroupWrite
+	if v2 {
+		if res.MemoryLimitBytes > 0 {
+			out = append(out,
+				cgroupWrite{file: "memory.max", value: strconv.FormatInt(res.MemoryLimitBytes, 10)},
+				// No swap, as the kubelet's default NoSwap behaviour: the limit is the limit.
+				cgroupWrite{file: "memory.swap.max", value: "0", optional: true})
+		}
+		if res.CPUQuotaMicros > 0 {
+			out = append(out, cgroupWrite{file: "cpu.max", value: fmt.Sprintf("%d %d", res.CPUQuotaMicros, period(res))})
+		}
+		if res.CPUShares > 0 {
+			out = append(out, cgroupWrite{file: "cpu.weight", value: strconv.FormatUint(sharesToWeight(res.CPUShares), 10)})
+		}
+		return out
+	}
+	switch v1Hierarchy(dir) {
+	case "memory":
+		if res.MemoryLimitBytes > 0 {
+			v := strconv.FormatInt(res.MemoryLimitBytes, 10)
+			out = append(out,
+				cgroupWrite{file: "memory.limit_in_bytes", value: v},
+				cgroupWrite{file: "memory.memsw.limit_in_bytes", value: v, optional: true})
+		}
+	case "cpu":
+		if res.CPUQuotaMicros > 0 {
+			out = append(out,
+				cgroupWrite{file: "cpu.cfs_period_us", value: strconv.FormatInt(period(res), 10)},
+				cgroupWrite{file: "cpu.cfs_quota_us", value: strconv.FormatInt(res.CPUQuotaMicros, 10)})
+		}
+		if res.CPUShares > 0 {
+			out = append(out, cgroupWrite{file: "cpu.shares", value: strconv.FormatUint(res.CPUShares, 10)})
+		}
+	}
+	return out
+}
+
+// v1Hierarchy names the v1 hierarchy a cgroup directory belongs to.
+func v1Hierarchy(dir string) string {
+	rel, err := filepath.Rel(cgroupRoot, dir)
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	return first
+}
+
+func period(res runtime.Resources) int64 {
+	if res.CPUPeriodMicros > 0 {
+		return res.CPUPeriodMicros
+	}
+	return 100000
+}
+
+// sharesToWeight maps cpu.shares [2, 262144] onto cpu.weight [1, 10000], as runc.
+func sharesToWeight(shares uint64) uint64 {
+	shares = min(max(shares, 2), 262144)
+	return 1 + ((shares-2)*9999)/262142
+}
 
 // add moves process pid (all its threads) into every directory of the set.
 func (c cgroupSet) add(pid int) error {

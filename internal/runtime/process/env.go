@@ -40,10 +40,15 @@ func lookupEnv(env []string, key string) (string, bool) {
 	return "", false
 }
 
-// workingDir is the spec's working directory, or the instance's own.
+// workingDir is the spec's working directory, or the instance's own; a
+// container run as another user starts in / (as a container whose image sets
+// no WORKDIR), since the agent's state directory is closed to other users.
 func workingDir(dir instanceDir, c instanceConfig) string {
 	if c.Spec.WorkingDir != "" {
 		return c.Spec.WorkingDir
+	}
+	if c.Spec.User != nil {
+		return "/"
 	}
 	return dir.path(workDir)
 }

@@ -60,7 +60,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, std
 	c.Dir = cwd
 	c.Stdout, c.Stderr = stdout, stderr
 	c.WaitDelay = execWaitDelay
-	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.Spec.User)}
 	cg := cgroupSet{Dirs: st.Cgroups}
 	if len(cg.Dirs) == 1 && unified() {
 		// v2: born in the cgroup, no window in which a fork escapes it.
@@ -70,7 +70,12 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, std
 			c.SysProcAttr.CgroupFD = int(f.Fd())
 		}
 	}
-	if err := c.Start(); err != nil {
+	start := c.Start
+	if os.Geteuid() == 0 && st.Pid > 0 {
+		// The container's mounts (volumes, termination log) are where it sees them.
+		start = func() error { return inMountNamespaceOf(st.Pid, c.Start) }
+	}
+	if err := start(); err != nil {
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
 	if len(cg.Dirs) > 0 && !c.SysProcAttr.UseCgroupFD {

@@ -108,6 +108,12 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	r.mon = mon
+	if f := r.Features(); !f.Limits {
+		r.log.Warn("resource limits are not enforced: containers run without memory and CPU limits", "root", os.Geteuid() == 0, "noCgroups", cfg.NoCgroups)
+	}
+	if f := r.Features(); !f.Mounts {
+		r.log.Warn("not running as root: containers with volume mounts or runAsUser cannot be run and are reported with CreateContainerConfigError")
+	}
 	ids, err := r.ids()
 	if err != nil {
 		r.Close()
@@ -220,3 +226,17 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Status, error) {
 	}
 	return out, nil
 }
+
+// Features: mounts (a private mount namespace), limits (cgroups) and users
+// all need root; limits also need cgroups.
+func (r *Runtime) Features() runtime.Features {
+	root := os.Geteuid() == 0
+	limits := false
+	if root && !r.noCg {
+		_, err := selfCgroups()
+		limits = err == nil
+	}
+	return runtime.Features{Mounts: root, Limits: limits, Users: root}
+}
+
+var _ runtime.FeatureReporter = (*Runtime)(nil)

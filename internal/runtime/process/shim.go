@@ -186,14 +186,24 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		}
 	}()
 
+	root := os.Geteuid() == 0
 	var own []string
-	if os.Geteuid() == 0 && !cfg.NoCgroups {
+	if root && !cfg.NoCgroups {
 		own, err = selfCgroups()
 		if err == nil {
-			c.cgroups, err = createCgroups(own, cfg.ID)
+			c.cgroups, err = createCgroups(own, cfg.ID, cfg.Spec.Resources)
+		}
+		if err != nil && cfg.Spec.Resources != (runtime.Resources{}) {
+			// Running it without its limits would be running something else.
+			return nil, fmt.Errorf("apply resource limits: %w", err)
 		}
 		if err != nil {
 			s.log.Warn("no cgroup for the container: orphans are found through the process tree only", "err", err)
+		}
+	}
+	if cfg.Spec.User != nil {
+		if !root {
+			return nil, fmt.Errorf("run as user %d: the agent is not root", cfg.Spec.User.UID)
 		}
 	}
 
@@ -215,9 +225,18 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		Dir:   cwd,
 		Env:   env,
 		Files: []*os.File{stdin, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.Spec.User)},
 	}
-	c.proc, err = s.startInCgroup(c.cgroups, own, bin, cfg.Spec.Command, attr)
+	startFn := func() (*os.Process, error) { return s.startInCgroup(c.cgroups, own, bin, cfg.Spec.Command, attr) }
+	switch mounts := containerMounts(cfg); {
+	case root:
+		c.proc, err = inNewMountNamespace(s.dir, mounts, startFn)
+	case len(cfg.Spec.Mounts) > 0:
+		err = fmt.Errorf("mount %s at %s: mounts need the agent to run as root", cfg.Spec.Mounts[0].HostPath, cfg.Spec.Mounts[0].ContainerPath)
+	default:
+		// The termination message file is then only found through TerminationMessageEnv.
+		c.proc, err = startFn()
+	}
 	stdin.Close()
 	outW.Close()
 	errW.Close()

@@ -1,0 +1,133 @@
+package podworker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/expansion"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// From a container's volumeMounts to the runtime's bind mounts.
+
+// containerMounts are the container's volumeMounts as runtime mounts, with
+// subPath and subPathExpr resolved inside the volume. API-data volumes are
+// always read-only, as upstream.
+func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env map[string]string, f runtime.Features) ([]runtime.Mount, error) {
+	byName := map[string]v1.Volume{}
+	for _, v := range pod.Spec.Volumes {
+		byName[v.Name] = v
+	}
+	var out []runtime.Mount
+	for _, vmount := range c.VolumeMounts {
+		v, ok := byName[vmount.Name]
+		src, ok2 := paths[vmount.Name]
+		if !ok || !ok2 {
+			return nil, configError{fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
+		}
+		if !f.Mounts {
+			if isDefaultServiceAccountVolume(v, vmount) {
+				continue // the API server adds it to every pod; its files are still in the pod directory
+			}
+			return nil, configError{fmt.Sprintf("volume %q cannot be mounted at %s in container %q: mounts need the agent to run as root", vmount.Name, vmount.MountPath, c.Name)}
+		}
+		sub := vmount.SubPath
+		if vmount.SubPathExpr != "" {
+			sub = expansion.Expand(vmount.SubPathExpr, env)
+		}
+		host := src
+		if sub != "" {
+			p, err := subPath(src, sub)
+			if err != nil {
+				return nil, configError{fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vmount.Name, c.Name, err)}
+			}
+			host = p
+		}
+		ro := vmount.ReadOnly || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+		if err := mountPointFor(host, vmount.MountPath); err != nil {
+			return nil, configError{fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+		}
+		out = append(out, runtime.Mount{HostPath: host, ContainerPath: vmount.MountPath, ReadOnly: ro})
+	}
+	return out, nil
+}
+
+// isDefaultServiceAccountVolume is the kube-api-access-* volume the
+// ServiceAccount admission plugin adds to every pod.
+func isDefaultServiceAccountVolume(v v1.Volume, m v1.VolumeMount) bool {
+	return strings.HasPrefix(v.Name, "kube-api-access-") && v.Projected != nil && m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
+}
+
+// subPath resolves sub inside the volume at dir; symlinks may not lead out
+// of the volume. A subPath that does not exist yet is created as a directory.
+func subPath(dir, sub string) (string, error) {
+	if filepath.IsAbs(sub) {
+		return "", fmt.Errorf("subPath %q must be relative", sub)
+	}
+	for _, part := range strings.Split(filepath.ToSlash(sub), "/") {
+		if part == ".." {
+			return "", fmt.Errorf("subPath %q must not contain '..'", sub)
+		}
+	}
+	p := filepath.Join(dir, sub)
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(p, 0o750); err != nil {
+			return "", err
+		}
+	}
+	base, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", err
+	}
+	if real != base && !strings.HasPrefix(real, base+string(filepath.Separator)) {
+		return "", fmt.Errorf("subPath %q leads outside the volume", sub)
+	}
+	return real, nil
+}
+
+// mountPointFor creates the mount point at target for host when it is
+// missing, so that one that cannot be made is a config error before the
+// container is created. Containers share the host's filesystem: the mount
+// point stays on the host (an empty directory or file). Paths under /dev are
+// left to the runtime, which gives the container a private /dev for them.
+func mountPointFor(host, target string) error {
+	if !filepath.IsAbs(target) {
+		return fmt.Errorf("mountPath %q is not absolute", target)
+	}
+	if strings.HasPrefix(filepath.Clean(target), "/dev/") {
+		return nil
+	}
+	src, err := os.Stat(host)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(target)
+	switch {
+	case err == nil && fi.IsDir() != src.IsDir():
+		return fmt.Errorf("%s exists and is not a %s", target, map[bool]string{true: "directory", false: "file"}[src.IsDir()])
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return err
+	}
+	if src.IsDir() {
+		return os.MkdirAll(target, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
