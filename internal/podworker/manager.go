@@ -68,6 +68,7 @@ type Manager struct {
 	workers map[types.UID]*worker
 	// byPod indexes runtime instances by pod UID until a worker claims them.
 	orphans map[types.UID][]runtime.Status
+	vols    *volumeManager
 	// extraAdmit, when set, may reject a new pod before the resource checks.
 	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
@@ -89,7 +90,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HostIP == "" {
 		cfg.HostIP = "127.0.0.1"
 	}
-	return &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID][]runtime.Status{}}, nil
+	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID][]runtime.Status{}}
+	m.vols = newVolumeManager(m)
+	return m, nil
 }
 
 // Start re-adopts what the runtime already runs (an earlier agent's

@@ -21,9 +21,11 @@ import (
 
 func envManager(objects ...k8sruntime.Object) *Manager {
 	cs := fake.NewClientset(objects...)
-	return &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Allocatable: func() v1.ResourceList {
+	m := &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Allocatable: func() v1.ResourceList {
 		return v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
 	}}}
+	m.vols = newVolumeManager(m)
+	return m
 }
 
 func envPod(c v1.Container) *v1.Pod {

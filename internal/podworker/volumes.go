@@ -45,18 +45,15 @@ type podVolumes struct {
 	set bool // set up at least once
 }
 
-var volumeManagers sync.Map // *Manager -> *volumeManager
-
-// volumes returns the Manager's volume state, created on first use.
-func (m *Manager) volumes() *volumeManager {
-	if v, ok := volumeManagers.Load(m); ok {
-		return v.(*volumeManager)
-	}
+// newVolumeManager makes the Manager's volume state.
+func newVolumeManager(m *Manager) *volumeManager {
 	vm := &volumeManager{m: m, kicks: make(chan types.UID, 64), pods: map[types.UID]*podVolumes{}, tokens: map[tokenKey]cachedToken{}}
 	vm.watches = objectWatches{m: m, watches: map[objectKey]*objectWatch{}}
-	v, _ := volumeManagers.LoadOrStore(m, vm)
-	return v.(*volumeManager)
+	return vm
 }
+
+// volumes returns the Manager's volume state.
+func (m *Manager) volumes() *volumeManager { return m.vols }
 
 func (vm *volumeManager) pod(uid types.UID) *podVolumes {
 	vm.mu.Lock()
