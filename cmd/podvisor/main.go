@@ -10,6 +10,9 @@ const usage = `podvisor: a Kubernetes node in one binary.
 
 Usage:
   podvisor up [flags]        start the control plane and the node agent
+  podvisor agent [flags]     run a second node agent joining a local podvisor up (testing)
+  podvisor node shutdown|cancel|status
+                             gracefully shut the node down (without systemd-logind), or cancel
   podvisor kubectl ARGS...   run kubectl against the local podvisor
   podvisor version           print versions
 
@@ -26,6 +29,10 @@ func main() {
 	switch cmd {
 	case "up":
 		err = runUp(args)
+	case "agent":
+		err = runAgent(args)
+	case "node":
+		err = runNode(args)
 	case "kubectl":
 		kubectl(args) // exits
 	case shimCommand:

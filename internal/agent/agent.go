@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +35,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
 	"github.com/podvisor/podvisor/internal/runtime/process"
+	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
 )
 
@@ -51,16 +53,18 @@ type Config struct {
 
 // Agent is a running node agent.
 type Agent struct {
-	cfg     Config
-	client  kubernetes.Interface
-	node    *node.Manager
-	api     *agentapi.Server
-	runtime *process.Runtime
-	workers *podworker.Manager
-	probes  *probe.Manager
-	status  *status.Manager
-	source  *podsource.Source
-	events  record.EventBroadcaster
+	cfg      Config
+	client   kubernetes.Interface
+	node     *node.Manager
+	api      *agentapi.Server
+	runtime  *process.Runtime
+	workers  *podworker.Manager
+	probes   *probe.Manager
+	status   *status.Manager
+	source   *podsource.Source
+	events   record.EventBroadcaster
+	metrics  *prometheus.Registry
+	shutdown *shutdown.Manager
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -140,6 +144,17 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.source = source
 
+	a.metrics = prometheus.NewRegistry()
+	a.shutdown, err = shutdown.New(shutdown.Config{
+		Bands: shutdown.Bands(cfg.Kubelet), Pods: a.workers, Node: a.node, Recorder: recorder,
+		NodeName: cfg.NodeName, StateFile: filepath.Join(agentDir, shutdown.StateFileName),
+		Metrics: a.metrics, Log: cfg.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.workers.SetAdmission(a.shutdown.Admit)
+
 	a.api, err = agentapi.New(agentapi.Config{
 		Addr:         net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
 		CertFile:     filepath.Join(cfg.PKIDir, "agent-serving.crt"),
@@ -147,6 +162,8 @@ func New(cfg Config) (*Agent, error) {
 		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
 		Logs:         a.workers,
 		Pods:         a.workers.Pods,
+		Metrics:      a.metrics,
+		Shutdown:     a.shutdown.Handler(),
 		Log:          cfg.Log,
 	})
 	if err != nil {
@@ -189,6 +206,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.source.Start(ctx); err != nil {
 		return err
 	}
+	// The system bus, or DBUS_SYSTEM_BUS_ADDRESS when set.
+	go a.shutdown.WatchLogind(ctx, "")
 	// Give workers of existing pods their first sync before deciding what is orphaned.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

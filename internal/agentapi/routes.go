@@ -28,6 +28,9 @@ func (s *Server) handler() http.Handler {
 			ErrorLog: slogPrinter{s.cfg.Log},
 		}))
 	}
+	if s.cfg.Shutdown != nil {
+		mux.Handle("/shutdown", s.cfg.Shutdown)
+	}
 	for _, p := range []string{"/exec/", "/attach/", "/portForward/", "/run/"} {
 		mux.HandleFunc(p, notImplemented)
 	}

@@ -32,6 +32,7 @@ type Config struct {
 	Logs         LogSource
 	Pods         func() []*v1.Pod     // optional: serves /pods
 	Metrics      *prometheus.Registry // optional: serves /metrics
+	Shutdown     http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
 	Clock        clock.Clock          // optional: "now" for sinceSeconds
 	Log          *slog.Logger
 }

@@ -36,6 +36,7 @@ type Config struct {
 	EtcdClientPort           int
 	EtcdPeerPort             int
 	TerminatedPodGCThreshold int
+	NodeMonitorGracePeriod   time.Duration // 0: the controller manager's default (tests shorten it)
 	LogFile                  string
 }
 
@@ -229,7 +230,7 @@ func (cp *ControlPlane) apiserverArgs() []string {
 func (cp *ControlPlane) controllerManagerArgs() []string {
 	p, c := cp.pki, cp.cfg
 	kc := kubeconfigPath(c.DataDir, "controller-manager")
-	return []string{
+	args := []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
@@ -244,6 +245,10 @@ func (cp *ControlPlane) controllerManagerArgs() []string {
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.TerminatedPodGCThreshold),
 		"--profiling=false",
 	}
+	if c.NodeMonitorGracePeriod > 0 {
+		args = append(args, "--node-monitor-grace-period="+c.NodeMonitorGracePeriod.String())
+	}
+	return args
 }
 
 func (cp *ControlPlane) schedulerArgs() []string {

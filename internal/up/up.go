@@ -36,9 +36,10 @@ type Options struct {
 	NodeName                 string
 	ConfigFile               string
 	TerminatedPodGCThreshold int
-	EtcdClientPort           int  // 0: as recorded, else 2379 or a free port
-	EtcdPeerPort             int  // 0: as recorded, else 2380 or a free port
-	Verbose                  bool // component logs to stderr as well as the log file
+	EtcdClientPort           int           // 0: as recorded, else 2379 or a free port
+	EtcdPeerPort             int           // 0: as recorded, else 2380 or a free port
+	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
+	Verbose                  bool          // component logs to stderr as well as the log file
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -96,7 +97,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
-		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, LogFile: logFile,
+		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)

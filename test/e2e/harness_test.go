@@ -66,6 +66,7 @@ type Podvisor struct {
 	Agent    int
 	NodeName string
 	Args     []string
+	Env      []string // added to the test's environment
 	// etcdPorts are chosen once and kept across restarts of this podvisor.
 	etcdPorts [2]int
 	cmd       *exec.Cmd
@@ -121,6 +122,9 @@ func (p *Podvisor) Start() {
 		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
 		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1])}, p.Args...)
 	p.cmd = exec.Command(binary, args...)
+	if len(p.Env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.Env...)
+	}
 	p.stderr = &syncBuffer{}
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/podvisor/podvisor/internal/up"
+)
+
+func runAgent(args []string) error {
+	fs := flag.NewFlagSet("podvisor agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: podvisor agent --server-data-dir DIR --node-name N --data-dir D [flags]
+
+Runs one more node agent on this machine, joining the running 'podvisor up'
+whose data directory is DIR: a local join mode for testing multi-node
+behaviour (it issues its own certificates with the server's CA key).
+
+`)
+		fs.PrintDefaults()
+	}
+	var o up.AgentOptions
+	fs.StringVar(&o.ServerDataDir, "server-data-dir", "", "data directory of the running podvisor up to join")
+	fs.StringVar(&o.DataDir, "data-dir", "", "this agent's own data directory (certificates, pods)")
+	fs.StringVar(&o.NodeName, "node-name", "", "name of the node")
+	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of this agent's API (must differ from the server's agent)")
+	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
+	fs.BoolVar(&o.Verbose, "v", false, "also print logs to stderr (they always go to DATA_DIR/podvisor.log)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("agent takes no arguments, got %q", fs.Args())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return up.RunAgent(ctx, o, os.Stdout, os.Stderr)
+}
