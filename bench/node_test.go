@@ -49,7 +49,7 @@ func podvisorBinary(b *testing.B) string {
 				return
 			}
 			binaryPath = filepath.Join(dir, "podvisor")
-			build := exec.Command("go", "build", "-o", binaryPath, "./cmd/podvisor")
+			build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim")
 			build.Dir = moduleRoot()
 			build.Stdout, build.Stderr = os.Stderr, os.Stderr
 			if err := build.Run(); err != nil {

@@ -35,7 +35,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "podvisor")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/podvisor")
+	// Both binaries, as the README builds them: podvisor runs podvisor-shim beside it.
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim")
 	build.Dir = moduleRoot()
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

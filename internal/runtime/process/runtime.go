@@ -28,6 +28,20 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
+// ShimBinaryName is the small shim built beside podvisor (cmd/podvisor-shim).
+const ShimBinaryName = "podvisor-shim"
+
+// DefaultShim is the shim to run for the podvisor binary exe: podvisor-shim
+// beside it when present (cheap to start, once per container), else exe
+// itself as `exe __shim`.
+func DefaultShim(exe string) string {
+	small := filepath.Join(filepath.Dir(exe), ShimBinaryName)
+	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return small
+	}
+	return exe
+}
+
 // ShimCommand is the podvisor subcommand that runs a shim.
 const ShimCommand = "__shim"
 
@@ -80,7 +94,7 @@ func New(cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("process runtime: shim binary: %w", err)
 		}
-		cfg.ShimBinary = exe
+		cfg.ShimBinary = DefaultShim(exe)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
