@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -53,18 +54,19 @@ type Config struct {
 
 // Agent is a running node agent.
 type Agent struct {
-	cfg      Config
-	client   kubernetes.Interface
-	node     *node.Manager
-	api      *agentapi.Server
-	runtime  *process.Runtime
-	workers  *podworker.Manager
-	probes   *probe.Manager
-	status   *status.Manager
-	source   *podsource.Source
-	events   record.EventBroadcaster
-	metrics  *prometheus.Registry
-	shutdown *shutdown.Manager
+	cfg         Config
+	client      kubernetes.Interface
+	eventClient kubernetes.Interface
+	node        *node.Manager
+	api         *agentapi.Server
+	runtime     *process.Runtime
+	workers     *podworker.Manager
+	probes      *probe.Manager
+	status      *status.Manager
+	source      *podsource.Source
+	events      record.EventBroadcaster
+	metrics     *prometheus.Registry
+	shutdown    *shutdown.Manager
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -76,12 +78,21 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent kubeconfig: %w", err)
 	}
-	rc.QPS, rc.Burst = 100, 200
+	// Events get a client of their own so that a burst of them (two or three per
+	// container start) never delays a status write; the API server is local and
+	// protects itself with priority and fairness, so the agent's own limit is high.
+	erc := rest.CopyConfig(rc)
+	erc.QPS, erc.Burst = 50, 100
+	eventClient, err := kubernetes.NewForConfig(erc)
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst = 500, 1000
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, client: client}
+	a := &Agent{cfg: cfg, client: client, eventClient: eventClient}
 	a.node, err = node.New(node.Config{
 		Name: cfg.NodeName, HostIP: cfg.HostIP, AgentPort: int32(cfg.AgentPort), DataDir: cfg.DataDir,
 		MaxPods:               cfg.Kubelet.MaxPods,
@@ -191,7 +202,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	go a.node.Run(ctx)
-	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.client.CoreV1().Events("")})
+	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.eventClient.CoreV1().Events("")})
 	go func() { <-ctx.Done(); a.events.Shutdown() }()
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)

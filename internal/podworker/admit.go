@@ -27,14 +27,17 @@ func (m *Manager) admit(pod *v1.Pod) *v1.PodStatus {
 	if m.cfg.Allocatable == nil {
 		return nil
 	}
-	alloc := m.cfg.Allocatable()
+	var alloc v1.ResourceList // read only for a pod that requests something
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-		capacity, ok := alloc[name]
-		if !ok {
-			continue
-		}
 		want := podRequest(pod, name)
 		if want.IsZero() {
+			continue
+		}
+		if alloc == nil {
+			alloc = m.cfg.Allocatable()
+		}
+		capacity, ok := alloc[name]
+		if !ok {
 			continue
 		}
 		used := resource.Quantity{}
