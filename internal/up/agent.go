@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/podvisor/podvisor/internal/agent"
 	"github.com/podvisor/podvisor/internal/config"
@@ -54,30 +53,21 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	if dir == server {
 		return errors.New("agent: --data-dir must differ from --server-data-dir")
 	}
-	st, err := datadir.Open(dir)
+	st, err := claimDataDir(dir, o.NodeName)
 	if err != nil {
 		return err
 	}
-	if st.NodeName != "" && st.NodeName != o.NodeName {
-		return fmt.Errorf("data dir %s belongs to node %q, not %q (use another --data-dir)", dir, st.NodeName, o.NodeName)
-	}
-	st.NodeName = o.NodeName
 	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
 		return err
 	}
 	if err := datadir.Save(dir, st); err != nil {
 		return fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	logFile := filepath.Join(dir, "podvisor.log")
-	log, closeLog, err := setupLogging(logFile, o.Verbose, stderr)
+	log, _, closeLog, err := startLogging(dir, o.Verbose, stderr, o.ConfigFile, ignored)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	if len(ignored) > 0 {
-		fmt.Fprintf(stderr, "podvisor: warning: %s sets fields podvisor does not implement yet (ignored): %s\n",
-			o.ConfigFile, strings.Join(ignored, ", "))
-	}
 	hostIP := node.HostIP()
 	var ips []net.IP
 	if hostIP != nil {

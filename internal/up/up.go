@@ -53,17 +53,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := datadir.Open(dir)
-	if err != nil {
-		return err
-	}
 	if o.NodeName == "" {
 		o.NodeName = defaultNodeName()
 	}
-	if st.NodeName != "" && st.NodeName != o.NodeName {
-		return fmt.Errorf("data dir %s belongs to node %q, not %q (use another --data-dir)", dir, st.NodeName, o.NodeName)
+	st, err := claimDataDir(dir, o.NodeName)
+	if err != nil {
+		return err
 	}
-	st.NodeName = o.NodeName
 	if err := checkPort("127.0.0.1", o.APIPort, "--api-port"); err != nil {
 		return err
 	}
@@ -82,16 +78,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := datadir.Save(dir, st); err != nil {
 		return fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	logFile := filepath.Join(dir, "podvisor.log")
-	log, closeLog, err := setupLogging(logFile, o.Verbose, stderr)
+	log, logFile, closeLog, err := startLogging(dir, o.Verbose, stderr, o.ConfigFile, ignored)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	if len(ignored) > 0 {
-		fmt.Fprintf(stderr, "podvisor: warning: %s sets fields podvisor does not implement yet (ignored): %s\n",
-			o.ConfigFile, strings.Join(ignored, ", "))
-	}
 
 	hostIP := node.HostIP()
 	cp, err := controlplane.Start(ctx, controlplane.Config{
@@ -247,4 +238,32 @@ func init() {
 	klog.InitFlags(fs)
 	_ = fs.Set("stderrthreshold", "FATAL")
 	_ = fs.Set("logtostderr", "false")
+}
+
+// claimDataDir opens dir for node nodeName; a data dir belongs to one node.
+func claimDataDir(dir, nodeName string) (datadir.State, error) {
+	st, err := datadir.Open(dir)
+	if err != nil {
+		return st, err
+	}
+	if st.NodeName != "" && st.NodeName != nodeName {
+		return st, fmt.Errorf("data dir %s belongs to node %q, not %q (use another --data-dir)", dir, st.NodeName, nodeName)
+	}
+	st.NodeName = nodeName
+	return st, nil
+}
+
+// startLogging opens DIR/podvisor.log for all logs and says, in one line on
+// stderr, which configuration fields are ignored.
+func startLogging(dir string, verbose bool, stderr io.Writer, configFile string, ignored []string) (*slog.Logger, string, func(), error) {
+	logFile := filepath.Join(dir, "podvisor.log")
+	log, closeLog, err := setupLogging(logFile, verbose, stderr)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if len(ignored) > 0 {
+		fmt.Fprintf(stderr, "podvisor: warning: %s sets fields podvisor does not implement yet (ignored): %s\n",
+			configFile, strings.Join(ignored, ", "))
+	}
+	return log, logFile, closeLog, nil
 }

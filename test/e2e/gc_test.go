@@ -180,7 +180,16 @@ func TestOutOfServiceTaint(t *testing.T) {
 		p.create(t, pod)
 		pods[name] = pidFile
 	}
-	for name := range pods {
+	// A pod that tolerates a NotReady/unreachable node for 5 s only: evicted 5 s
+	// after the node goes NotReady, where the default toleration is 300 s.
+	tolerant := p.pod(ns, "tolerant", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+	tolerant.Spec.NodeName = a.NodeName
+	for _, key := range []string{"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"} {
+		tolerant.Spec.Tolerations = append(tolerant.Spec.Tolerations, v1.Toleration{
+			Key: key, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute, TolerationSeconds: ptrInt64(5)})
+	}
+	p.create(t, tolerant)
+	for _, name := range []string{"terminating", "running", "tolerant"} {
 		p.waitPod(t, ns, name, 60*time.Second, "Running on the joined node", func(pod *v1.Pod) bool {
 			return pod.Status.Phase == v1.PodRunning && isReady(pod)
 		})
@@ -198,6 +207,19 @@ func TestOutOfServiceTaint(t *testing.T) {
 		c, err := nodeReadyCondition(p, a.NodeName)
 		return err == nil && c.Status != v1.ConditionTrue, err
 	})
+	// The node lifecycle controller marks the pods of a NotReady node not Ready...
+	p.waitPod(t, ns, "running", 30*time.Second, "Ready=False on the NotReady node", func(pod *v1.Pod) bool {
+		c := condition(pod, v1.PodReady)
+		return c != nil && c.Status == v1.ConditionFalse
+	})
+	// ...and the taint eviction controller evicts those whose toleration ran out.
+	Eventually(t, 60*time.Second, "pod tolerant evicted after its 5 s toleration", func() (bool, error) {
+		pod, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), "tolerant", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || (err == nil && pod.DeletionTimestamp != nil), nil
+	})
+	if running, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), "running", metav1.GetOptions{}); err != nil || running.DeletionTimestamp != nil {
+		t.Errorf("pod running (default 300 s toleration) must not be evicted yet: %v", err)
+	}
 	pod, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), "terminating", metav1.GetOptions{})
 	if err != nil || pod.DeletionTimestamp == nil {
 		t.Fatalf("pod terminating: want it stuck terminating on the dead node (%v)\n%s", err, describe(pod))
@@ -237,4 +259,21 @@ func TestOutOfServiceTaint(t *testing.T) {
 	if len(entries) != 0 {
 		t.Errorf("pod directories left in the agent's data dir: %d", len(entries))
 	}
+}
+
+func ptrInt64(v int64) *int64 { return &v }
+
+// §9: pods bound to a node that does not exist are deleted by the pod GC
+// (after its 40 s quarantine).
+func TestPodsOfAMissingNodeAreDeleted(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("ghost")
+	pod := p.pod(ns, "orphan", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+	pod.Spec.NodeName = "no-such-node"
+	p.create(t, pod)
+	Eventually(t, 120*time.Second, "pod of a missing node deleted", func() (bool, error) {
+		_, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), "orphan", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

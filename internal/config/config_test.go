@@ -1,0 +1,85 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "kubelet.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const header = "kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\n"
+
+func TestNoFileGivesDefaults(t *testing.T) {
+	cfg, ignored, err := Load("")
+	if err != nil || ignored != nil || !reflect.DeepEqual(cfg, Default()) {
+		t.Fatalf("Load(\"\") = %+v, %v, %v", cfg, ignored, err)
+	}
+	if cfg.MaxPods != 110 || cfg.MaxContainerRestartPeriod != 300*time.Second {
+		t.Errorf("defaults = %+v", cfg)
+	}
+}
+
+func TestImplementedFieldsApply(t *testing.T) {
+	cfg, ignored, err := Load(write(t, header+`maxPods: 42
+crashLoopBackOff:
+  maxContainerRestartPeriod: 5s
+shutdownGracePeriod: 20s
+shutdownGracePeriodCriticalPods: 10s
+`))
+	if err != nil || len(ignored) != 0 {
+		t.Fatalf("err %v, ignored %v", err, ignored)
+	}
+	if cfg.MaxPods != 42 || cfg.MaxContainerRestartPeriod != 5*time.Second ||
+		cfg.ShutdownGracePeriod != 20*time.Second || cfg.ShutdownGracePeriodCriticalPods != 10*time.Second {
+		t.Errorf("cfg = %+v", cfg)
+	}
+}
+
+func TestUnimplementedFieldsAreNamedSorted(t *testing.T) {
+	_, ignored, err := Load(write(t, header+"staticPodPath: /etc/k8s\nimageGCHighThresholdPercent: 90\nmaxPods: 3\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"imageGCHighThresholdPercent", "staticPodPath"}; !reflect.DeepEqual(ignored, want) {
+		t.Errorf("ignored = %v, want %v", ignored, want)
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	for name, tc := range map[string]struct{ body, want string }{
+		"not yaml":            {"maxPods: [1\n", "not YAML or JSON"},
+		"empty":               {"", "empty file"},
+		"wrong kind":          {"kind: Pod\napiVersion: v1\n", "want kind KubeletConfiguration"},
+		"unknown field typo":  {header + "maxPodz: 3\n", "unknown field"},
+		"wrong type":          {header + "maxPods: many\n", "maxPods"},
+		"back-off cap > 300s": {header + "crashLoopBackOff:\n  maxContainerRestartPeriod: 301s\n", "between 1s and 300s"},
+		"back-off cap < 1s":   {header + "crashLoopBackOff:\n  maxContainerRestartPeriod: 500ms\n", "between 1s and 300s"},
+		"critical > total":    {header + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n", "must not exceed"},
+		"both shutdown forms": {header + "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n", "must be empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := write(t, tc.body)
+			_, _, err := Load(path)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+				t.Errorf("err = %v, want it to name %s and mention %q", err, path, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("error is not one line: %q", err)
+			}
+		})
+	}
+	if _, _, err := Load(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Error("a missing file must be an error")
+	}
+}
