@@ -255,11 +255,13 @@ func TestBadContainers(t *testing.T) {
 }
 
 // kubectl logs through the embedded kubectl: API server → agent API → log file.
+// stdout and stderr are separate pipes, so their order is only certain when
+// the writes are apart in time.
 func TestKubectlLogs(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("logs")
-	p.create(t, p.pod(ns, "talker", v1.RestartPolicyAlways, sh("c", "echo first-line; echo to-stderr >&2; exec sleep 3600")))
+	p.create(t, p.pod(ns, "talker", v1.RestartPolicyAlways, sh("c", "echo first-line; sleep 0.5; echo to-stderr >&2; exec sleep 3600")))
 	p.waitPod(t, ns, "talker", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
 	kc := filepath.Join(p.DataDir, "admin.kubeconfig")
 	var out string
