@@ -52,6 +52,7 @@ func terminated(pod *v1.Pod, name string) *v1.ContainerStateTerminated {
 // The upstream "Container Runtime blackbox test: on terminated container"
 // cases, lifecycle-spec §3.
 func TestContainersTerminationMessage(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("termination-message")
 	cases := []struct {

@@ -37,6 +37,7 @@ func nodeReady(n *v1.Node) bool {
 // TestUpRegistersReadyNode covers the foundation: node Ready with real
 // capacity, the lease renewed, objects stored, RBAC and NodeRestriction real.
 func TestUpRegistersReadyNode(t *testing.T) {
+	t.Parallel()
 	p := NewPodvisor(t)
 	p.Start()
 	ctx := context.Background()
@@ -147,6 +148,7 @@ func TestUpRegistersReadyNode(t *testing.T) {
 // TestRestartKeepsState: a second start on the same data dir keeps the CA,
 // the objects and the node.
 func TestRestartKeepsState(t *testing.T) {
+	t.Parallel()
 	p := NewPodvisor(t)
 	p.Start()
 	ctx := context.Background()
@@ -200,6 +202,7 @@ func expectOneLineFailure(t *testing.T, want string, args ...string) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	baseArgs := func(dir string, api, agent int) []string {
 		return []string{"up", "--data-dir", dir, "--api-port", itoa(api), "--agent-port", itoa(agent)}
 	}
@@ -267,6 +270,7 @@ func TestBadInput(t *testing.T) {
 // TestConfigWarnsOnce: unimplemented KubeletConfiguration fields are named in
 // one warning line, and the implemented ones take effect.
 func TestConfigWarnsOnce(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "kubelet.yaml")
 	if err := os.WriteFile(cfg, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 42\nimageGCHighThresholdPercent: 90\nstaticPodPath: /etc/kubernetes/manifests\n"), 0o600); err != nil {
 		t.Fatal(err)

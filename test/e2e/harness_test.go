@@ -5,6 +5,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -29,6 +30,14 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// Most e2e tests wait on timers in podvisor rather than use CPU: run more of
+	// them at once than go test's default (GOMAXPROCS, 2 here), unless told.
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "6")
+	}
 	dir, err := os.MkdirTemp("", "podvisor-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -16,6 +16,7 @@ import (
 
 // The upstream "Container Runtime blackbox test": exit 1, then 0, then run.
 func TestBlackboxRestartPolicies(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("blackbox")
 	cases := []struct {
@@ -59,6 +60,7 @@ func TestBlackboxRestartPolicies(t *testing.T) {
 }
 
 func TestInitContainers(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("init")
 	t.Run("failing init with Never fails the pod", func(t *testing.T) {
@@ -203,6 +205,7 @@ func TestCrashLoopBackOffSchedule(t *testing.T) {
 }
 
 func TestBadContainers(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("bad")
 	t.Run("command that does not exist", func(t *testing.T) {

@@ -45,6 +45,7 @@ func (p *Podvisor) holdsFor(t *testing.T, ns, name string, d time.Duration, what
 }
 
 func TestProbes(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("probes")
 

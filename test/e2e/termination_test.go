@@ -137,6 +137,7 @@ func readPid(t *testing.T, file string) int {
 }
 
 func TestLifecycleHooks(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("hooks")
 	srv := newHookServer(t)
@@ -211,6 +212,7 @@ func (p *Podvisor) waitEvent(t *testing.T, ns, pod, reason string) {
 }
 
 func TestSleepHooks(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("sleephooks")
 	sleepPod := func(name string, seconds, grace int64) *v1.Pod {
@@ -258,6 +260,7 @@ func TestSleepHooks(t *testing.T) {
 }
 
 func TestGracefulTermination(t *testing.T) {
+	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("termination")
 
