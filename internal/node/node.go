@@ -4,6 +4,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,8 +17,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
@@ -88,27 +89,17 @@ func (m *Manager) SetReadiness(r Readiness) {
 func (m *Manager) Register(ctx context.Context) error {
 	nodes := m.cfg.Client.CoreV1().Nodes()
 	want := m.desiredNode()
-	created, err := nodes.Create(ctx, want, metav1.CreateOptions{})
+	_, err := nodes.Create(ctx, want, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		want.ResourceVersion = created.ResourceVersion
-		want.UID = created.UID
 	case apierrors.IsAlreadyExists(err):
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := nodes.Get(ctx, m.cfg.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			for k, v := range want.Labels {
-				if cur.Labels == nil {
-					cur.Labels = map[string]string{}
-				}
-				cur.Labels[k] = v
-			}
-			_, err = nodes.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
+		// Only the labels: a full update would carry taints, which
+		// NodeRestriction forbids a node to change.
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": want.Labels}})
 		if err != nil {
+			return err
+		}
+		if _, err := nodes.Patch(ctx, m.cfg.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("update node %s: %w", m.cfg.Name, err)
 		}
 	default:
@@ -174,27 +165,30 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	now := metav1.NewTime(m.cfg.Clock.Now())
 	in := StatusInput{Machine: ReadMachine(m.cfg.DataDir), MaxPods: m.cfg.MaxPods, Readiness: readiness, Now: now}
 	nodes := m.cfg.Client.CoreV1().Nodes()
-	wrote := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := nodes.Get(ctx, m.cfg.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		conds, changed := mergeConditions(cur.Status.Conditions, conditions(in), now, due)
-		capacity, allocatable := resources(in)
-		if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) {
-			return nil
-		}
-		cur.Status.Conditions = conds
-		cur.Status.Capacity = capacity
-		cur.Status.Allocatable = allocatable
-		cur.Status.Addresses = m.addresses()
-		cur.Status.NodeInfo = nodeInfo()
-		cur.Status.DaemonEndpoints.KubeletEndpoint.Port = m.cfg.AgentPort
-		_, err = nodes.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
-		wrote = err == nil
+	cur, err := nodes.Get(ctx, m.cfg.Name, metav1.GetOptions{})
+	if err != nil {
 		return err
-	})
+	}
+	conds, changed := mergeConditions(cur.Status.Conditions, conditions(in), now, due)
+	capacity, allocatable := resources(in)
+	if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) {
+		return nil
+	}
+	// A strategic merge patch of the status only, as the kubelet sends: an
+	// update would carry the node's spec too, and NodeRestriction refuses any
+	// update whose taints differ from the stored ones (the node lifecycle
+	// controller adds and removes taints at any time).
+	st := v1.NodeStatus{
+		Conditions: conds, Capacity: capacity, Allocatable: allocatable,
+		Addresses: m.addresses(), NodeInfo: nodeInfo(),
+	}
+	st.DaemonEndpoints.KubeletEndpoint.Port = m.cfg.AgentPort
+	patch, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		return err
+	}
+	_, err = nodes.Patch(ctx, m.cfg.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	wrote := err == nil
 	if wrote {
 		m.mu.Lock()
 		m.lastReport = m.cfg.Clock.Now()
