@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -27,7 +26,6 @@ type Handler interface {
 type Source struct {
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
-	lister   corelisters.PodLister
 }
 
 // New builds the source; Start runs it.
@@ -37,7 +35,7 @@ func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, erro
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
 		}))
 	inf := factory.Core().V1().Pods()
-	s := &Source{factory: factory, informer: inf.Informer(), lister: inf.Lister()}
+	s := &Source{factory: factory, informer: inf.Informer()}
 	// The UID index lets the status manager find the newest copy of a pod.
 	if err := s.informer.AddIndexers(cache.Indexers{"uid": func(obj interface{}) ([]string, error) {
 		return []string{string(obj.(*v1.Pod).UID)}, nil
