@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -138,17 +137,7 @@ func (a *Agent) Stop() {
 	if a.cmd == nil || a.cmd.Process == nil {
 		return
 	}
-	select {
-	case <-a.exited:
-		return
-	default:
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.exited:
-	case <-time.After(60 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.exited
+	if terminate(a.cmd, a.exited) {
 		a.t.Errorf("agent %s did not stop within 60s of SIGTERM", a.NodeName)
 	}
 }

@@ -191,20 +191,29 @@ func (p *Podvisor) Stop() {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
 	}
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(60 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+	if terminate(p.cmd, p.exited) {
 		// Not t.Errorf: the shared podvisor stops after its tests ended. The
 		// exit code then shows the kill and fails whoever checks it.
 		fmt.Fprintf(os.Stderr, "podvisor %s did not stop within 60s of SIGTERM\n", p.NodeName)
+	}
+}
+
+// terminate sends SIGTERM to a running podvisor process and waits for it to
+// exit (exited is closed then); after 60 s it kills it and reports true.
+func terminate(cmd *exec.Cmd, exited <-chan struct{}) (killed bool) {
+	select {
+	case <-exited:
+		return false
+	default:
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return false
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		return true
 	}
 }
 
