@@ -219,11 +219,32 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	// The system bus, or DBUS_SYSTEM_BUS_ADDRESS when set.
 	go a.shutdown.WatchLogind(ctx, "")
-	// Give workers of existing pods their first sync before deciding what is orphaned.
+	// The source has handed over every pod of its first list, so each worker
+	// holds its re-adopted containers; what is left is checked against the API.
+	if a.cleanupOrphans(ctx) > 0 {
+		go a.retryCleanupOrphans(ctx)
+	}
+	return nil
+}
+
+func (a *Agent) cleanupOrphans(ctx context.Context) (pending int) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	a.workers.CleanupOrphans(cctx)
-	return nil
+	return a.workers.CleanupOrphans(cctx)
+}
+
+// retryCleanupOrphans goes on while the API cannot confirm that a pod is gone.
+func (a *Agent) retryCleanupOrphans(ctx context.Context) {
+	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		if a.cleanupOrphans(ctx) == 0 {
+			return
+		}
+	}
 }
 
 // exec runs a command in a container for probes and hooks, with its combined

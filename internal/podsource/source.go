@@ -26,6 +26,10 @@ type Handler interface {
 type Source struct {
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
+	// handler is the Handler's registration: it has synced once the Handler
+	// was given every pod of the first list, which the informer's own
+	// HasSynced does not promise (handlers are called asynchronously).
+	handler cache.ResourceEventHandlerRegistration
 }
 
 // New builds the source; Start runs it.
@@ -42,7 +46,7 @@ func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, erro
 	}}); err != nil {
 		return nil, err
 	}
-	_, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
 		UpdateFunc: func(_, obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
 		DeleteFunc: func(obj interface{}) {
@@ -54,15 +58,18 @@ func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, erro
 			}
 		},
 	})
+	s.handler = reg
 	return s, err
 }
 
-// Start runs the informer and waits for its first list.
+// Start runs the informer and returns once the Handler has been given every
+// pod of the first list: only then may the agent tell which of the
+// containers it re-adopted belong to no pod.
 func (s *Source) Start(ctx context.Context) error {
 	s.factory.Start(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), s.informer.HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), s.informer.HasSynced, s.handler.HasSynced) {
 		return fmt.Errorf("pod informer did not sync")
 	}
 	return nil

@@ -49,11 +49,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 	w.mu.Unlock()
 	go func() {
 		defer w.poke()
-		defer func() {
-			w.mu.Lock()
-			w.starting[a.Container] = false
-			w.mu.Unlock()
-		}()
+		defer w.clearStarting(a.Container)
 		rt := w.m.cfg.Runtime
 		spec, err := w.buildSpec(ctx, pod, c, a.Attempt)
 		if err != nil {
@@ -85,21 +81,72 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 			w.observe(st)
 		}
 		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
-		if err := rt.Start(ctx, id); err != nil {
-			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
-		}
-		st, err := rt.Status(ctx, id)
-		if err != nil {
-			return
-		}
-		w.observe(st)
-		if st.Reason == "StartError" {
-			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", st.Message)
-			return
-		}
-		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
-		w.runPostStart(ctx, pod, c, id)
+		w.runInstance(ctx, pod, c, id)
 	}()
+}
+
+// runInstance starts a created instance and runs its postStart hook; the
+// caller holds starting[c.Name] and clears it when this returns.
+func (w *worker) runInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
+	rt := w.m.cfg.Runtime
+	if err := rt.Start(ctx, id); err != nil {
+		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+	}
+	st, err := rt.Status(ctx, id)
+	if err != nil {
+		return
+	}
+	w.observe(st)
+	if st.Reason == "StartError" {
+		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", st.Message)
+		return
+	}
+	if st.State != runtime.StateRunning && st.State != runtime.StateExited {
+		return // started by an earlier agent that died first: its event will come
+	}
+	w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	w.runPostStart(ctx, pod, c, id)
+}
+
+// resumeCreated starts the instances an earlier agent created but died
+// before starting: they keep their ID and attempt, so no restart is counted
+// and no second instance is made.
+func (w *worker) resumeCreated(ctx context.Context, pod *v1.Pod) {
+	type instance struct{ id, name string }
+	var due []instance
+	w.mu.Lock()
+	for id, name := range w.unstarted {
+		delete(w.unstarted, id)
+		list := w.instances[name]
+		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.starting[name] {
+			continue
+		}
+		w.starting[name] = true
+		if c, ok := findContainer(pod, name); ok && c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+			w.postStart[id] = true
+		}
+		due = append(due, instance{id, name})
+	}
+	w.mu.Unlock()
+	for _, in := range due {
+		c, ok := findContainer(pod, in.name)
+		if !ok {
+			w.clearStarting(in.name)
+			continue
+		}
+		w.m.cfg.Log.Info("starting a container an earlier agent created", "pod", pod.Namespace+"/"+pod.Name, "container", in.name, "id", in.id)
+		go func() {
+			defer w.poke()
+			defer w.clearStarting(in.name)
+			w.runInstance(ctx, pod, c, in.id)
+		}()
+	}
+}
+
+func (w *worker) clearStarting(name string) {
+	w.mu.Lock()
+	w.starting[name] = false
+	w.mu.Unlock()
 }
 
 // runPostStart runs the postStart hook. Until it returns the container is not

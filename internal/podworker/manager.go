@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -66,7 +69,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*worker
-	// byPod indexes runtime instances by pod UID until a worker claims them.
+	// orphans holds re-adopted instances by pod UID until a worker claims
+	// them or the API confirms their pod is gone.
 	orphans map[types.UID][]runtime.Status
 	vols    *volumeManager
 	// extraAdmit, when set, may reject a new pod before the resource checks.
@@ -129,6 +133,11 @@ func (m *Manager) routeEvents(ctx context.Context) {
 			}
 			m.mu.Lock()
 			w := m.workers[types.UID(st.PodUID)]
+			if w == nil {
+				// Not claimed by a worker yet: keep the re-adopted record current,
+				// or the worker that claims it would wait for an exit already past.
+				updateInstance(m.orphans[types.UID(st.PodUID)], st)
+			}
 			m.mu.Unlock()
 			if w != nil {
 				w.observe(st)
@@ -137,20 +146,55 @@ func (m *Manager) routeEvents(ctx context.Context) {
 	}
 }
 
+// updateInstance replaces the entry of st.ID in list with st, unless that
+// would take it back to an earlier state; it reports whether list has st.ID.
+func updateInstance(list []runtime.Status, st runtime.Status) bool {
+	for i := range list {
+		if list[i].ID == st.ID {
+			if stateRank(st.State) >= stateRank(list[i].State) {
+				list[i] = st
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// stateRank orders an instance's states: created, running, exited. Two
+// readers of the runtime (the starter and the event router) may deliver
+// their reads out of order; the later state always wins.
+func stateRank(s runtime.State) int {
+	switch s {
+	case runtime.StateCreated:
+		return 1
+	case runtime.StateRunning:
+		return 2
+	case runtime.StateExited:
+		return 3
+	}
+	return 0
+}
+
 // UpdatePod is called for every add or update of a pod bound to this node.
 func (m *Manager) UpdatePod(pod *v1.Pod) {
-	m.mu.Lock()
-	w := m.workers[pod.UID]
-	if w == nil {
-		w = newWorker(m, pod, m.orphans[pod.UID])
-		delete(m.orphans, pod.UID)
-		m.workers[pod.UID] = w
-		m.mu.Unlock()
-		go w.run(m.ctx)
-		return
+	if w, created := m.ensureWorker(pod); !created {
+		w.update(pod)
 	}
-	m.mu.Unlock()
-	w.update(pod)
+}
+
+// ensureWorker returns the pod's worker, making and running one (with the
+// re-adopted instances of the pod) if there is none yet.
+func (m *Manager) ensureWorker(pod *v1.Pod) (w *worker, created bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w := m.workers[pod.UID]; w != nil {
+		return w, false
+	}
+	w = newWorker(m, pod, m.orphans[pod.UID])
+	delete(m.orphans, pod.UID)
+	m.workers[pod.UID] = w
+	go w.run(m.ctx)
+	return w, true
 }
 
 // RemovePod is called when the pod object is gone from the API (deleted by
@@ -183,34 +227,93 @@ func (m *Manager) worker(uid types.UID) *worker {
 	return m.workers[uid]
 }
 
-// CleanupOrphans kills and removes instances of pods the API no longer has,
-// and removes their directories. Call it once the pod informer has synced.
-func (m *Manager) CleanupOrphans(ctx context.Context) {
+// CleanupOrphans kills and removes the re-adopted instances of pods the API
+// no longer has, and removes their directories. Call it once the pod source
+// has handed over every pod of its first list. An instance is an orphan only
+// when the API confirms that its pod is gone (not found, or found with
+// another UID): a pod the source has not delivered but the API still has is
+// given a worker instead, and a pod the API cannot be asked about keeps its
+// instances for the next call. It returns how many pods are still unresolved.
+func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	m.mu.Lock()
-	orphans := m.orphans
-	m.orphans = map[types.UID][]runtime.Status{}
+	candidates := make(map[types.UID][]runtime.Status, len(m.orphans))
+	for uid, list := range m.orphans {
+		candidates[uid] = list
+	}
+	m.mu.Unlock()
+	for uid, list := range candidates {
+		pod, gone, err := m.lookupPod(ctx, uid, list)
+		switch {
+		case err != nil:
+			m.cfg.Log.Warn("cannot tell whether the pod of re-adopted containers exists; keeping them", "podUID", uid, "err", err)
+			pending++
+			continue
+		case !gone:
+			m.ensureWorker(pod) // the worker claims the instances; the source's copy wins if it has one
+			continue
+		}
+		// The instances stay indexed until now, so that a worker made
+		// meanwhile would have claimed them; the API says none will be.
+		m.mu.Lock()
+		list, ok := m.orphans[uid]
+		delete(m.orphans, uid)
+		m.mu.Unlock()
+		if !ok {
+			continue
+		}
+		for _, s := range list {
+			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
+				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "pod", s.PodNamespace+"/"+s.PodName, "container", s.Name)
+				_ = m.cfg.Runtime.Stop(ctx, s.ID, syscall.SIGKILL, 0)
+			}
+			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+		}
+	}
+	// Read the directory before listing the workers: a directory made after
+	// the read belongs to a worker the listing then includes.
+	entries, _ := os.ReadDir(m.cfg.PodsDir)
+	m.mu.Lock()
 	known := map[string]bool{}
 	for uid, w := range m.workers {
 		known[string(uid)] = true
 		known[w.podDirName()] = true
 	}
-	m.mu.Unlock()
-	for uid, list := range orphans {
+	for uid, list := range m.orphans {
+		known[string(uid)] = true
 		for _, s := range list {
-			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
-				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "container", s.Name)
-				_ = m.cfg.Runtime.Stop(ctx, s.ID, 9, 0)
-			}
-			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+			known[podDirNameOf(s.PodNamespace, s.PodName, uid)] = true
 		}
 	}
-	entries, _ := os.ReadDir(m.cfg.PodsDir)
+	m.mu.Unlock()
 	for _, e := range entries {
 		if !known[e.Name()] {
 			unmountUnder(filepath.Join(m.cfg.PodsDir, e.Name()))
 			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
 		}
 	}
+	return pending
+}
+
+// lookupPod asks the API for the pod of re-adopted instances: gone is true
+// only when the API says it does not exist with this UID.
+func (m *Manager) lookupPod(ctx context.Context, uid types.UID, list []runtime.Status) (pod *v1.Pod, gone bool, err error) {
+	if m.cfg.Client == nil {
+		return nil, false, fmt.Errorf("no API client")
+	}
+	ns, name := list[0].PodNamespace, list[0].PodName
+	if ns == "" || name == "" {
+		return nil, true, nil // an instance no pod could own
+	}
+	pod, err = m.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, true, nil
+	case err != nil:
+		return nil, false, err
+	case pod.UID != uid || pod.Spec.NodeName != m.cfg.NodeName:
+		return nil, true, nil
+	}
+	return pod, false, nil
 }
 
 func (m *Manager) removeWorker(uid types.UID) {

@@ -40,6 +40,7 @@ type worker struct {
 	probeOf      map[string]string               // container name -> instance ID the probe state belongs to
 	probed       map[string]bool                 // instance IDs handed to the prober
 	adopted      map[string]bool                 // instance IDs found running when the worker started
+	unstarted    map[string]string               // instance ID -> container: found created, never started
 	backoff      map[string]lifecycle.BackOffEntry
 	termination  *lifecycle.Termination
 	rejected     *v1.PodStatus // set when admission refused the pod
@@ -65,14 +66,17 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
 		postStart: map[string]bool{}, messages: map[string]string{},
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
-		probed: map[string]bool{}, adopted: map[string]bool{},
+		probed: map[string]bool{}, adopted: map[string]bool{}, unstarted: map[string]string{},
 		backoff: map[string]lifecycle.BackOffEntry{},
 		wake:    make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
 	}
 	for _, s := range adopted {
 		w.instances[s.Name] = append(w.instances[s.Name], s)
-		if s.State == runtime.StateRunning {
+		switch s.State {
+		case runtime.StateRunning:
 			w.adopted[s.ID] = true
+		case runtime.StateCreated:
+			w.unstarted[s.ID] = s.Name
 		}
 	}
 	for name := range w.instances {
@@ -131,14 +135,7 @@ func (w *worker) isActive() bool {
 func (w *worker) observe(st runtime.Status) {
 	w.mu.Lock()
 	list := w.instances[st.Name]
-	replaced := false
-	for i := range list {
-		if list[i].ID == st.ID {
-			list[i] = st
-			replaced = true
-		}
-	}
-	if !replaced {
+	if !updateInstance(list, st) {
 		list = append(list, st)
 		sortInstances(list)
 	}
@@ -153,8 +150,11 @@ func (w *worker) podDirName() string {
 	return podDirName(w.pod)
 }
 
-func podDirName(pod *v1.Pod) string {
-	return fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID)
+func podDirName(pod *v1.Pod) string { return podDirNameOf(pod.Namespace, pod.Name, pod.UID) }
+
+// podDirNameOf is <ns>_<name>_<uid>, as upstream's /var/log/pods entries.
+func podDirNameOf(ns, name string, uid types.UID) string {
+	return fmt.Sprintf("%s_%s_%s", ns, name, uid)
 }
 
 func (w *worker) podDir() string { return filepath.Join(w.m.cfg.PodsDir, w.podDirName()) }
@@ -246,9 +246,16 @@ func (w *worker) sync(ctx context.Context) {
 			w.shortenStopsLocked(pod, g)
 		}
 	}
+	resume := len(w.unstarted) > 0 && w.termination == nil
 	probeChanges := w.probeChangesLocked(pod)
 	snap := w.snapshotLocked(now)
 	w.mu.Unlock()
+	if resume {
+		w.resumeCreated(ctx, pod)
+		w.mu.Lock()
+		snap = w.snapshotLocked(now)
+		w.mu.Unlock()
+	}
 	w.applyProbeChanges(pod, probeChanges, w.termination != nil)
 
 	plan := lifecycle.Compute(snap)

@@ -73,7 +73,15 @@ func (f *fakeRuntime) Status(_ context.Context, id string) (runtime.Status, erro
 	return st, nil
 }
 
-func (f *fakeRuntime) List(context.Context) ([]runtime.Status, error) { return nil, nil }
+func (f *fakeRuntime) List(context.Context) ([]runtime.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]runtime.Status, 0, len(f.byID))
+	for _, st := range f.byID {
+		out = append(out, st)
+	}
+	return out, nil
+}
 
 func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writer, time.Duration) (int, error) {
 	return 0, nil

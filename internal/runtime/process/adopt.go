@@ -2,6 +2,7 @@ package process
 
 import (
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -37,6 +38,9 @@ func (r *Runtime) adopt(id string) {
 			return
 		}
 		r.log.Info("container re-adopted", "id", id, "shim", rec.Pid)
+		if st.state() == runtime.StateCreated {
+			go r.announceAdoptedStart(id, d)
+		}
 		return
 	}
 	r.recordLost(id, d)
@@ -56,6 +60,29 @@ func openShim(rec shimRecord) (int, bool) {
 		return -1, false
 	}
 	return pidfd, true
+}
+
+// announceAdoptedStart waits for a shim that an earlier agent spawned to
+// record the start, and announces it as Start would have: the agent died
+// between spawning the shim and hearing from it.
+func (r *Runtime) announceAdoptedStart(id string, d instanceDir) {
+	for {
+		st, err := d.readState()
+		if err != nil || st.state() == runtime.StateExited {
+			return // the exit event covers it
+		}
+		if st.state() == runtime.StateRunning {
+			if cfg, err := d.readConfig(); err == nil {
+				r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
+			}
+			return
+		}
+		select {
+		case <-r.closed:
+			return
+		case <-r.clock.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func reapShim(rec shimRecord) {

@@ -106,3 +106,59 @@ func TestReusedShimPidIsNotAdopted(t *testing.T) {
 		return p == rec.Pid
 	})
 }
+
+// An instance created by an agent that died before starting it: a stop
+// records it exited (it never ran) and it can never start afterwards.
+func TestStopOfAnInstanceNeverStartedRecordsItExited(t *testing.T) {
+	root := t.TempDir()
+	a := newRuntime(t, root)
+	id, err := a.Create(context.Background(), testSpec(t, "sleep", "30"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+
+	b := newRuntime(t, root)
+	if st := status(t, b, id); st.State != runtime.StateCreated {
+		t.Fatalf("state %s after restart, want created", st.State)
+	}
+	if err := b.Stop(stopCtx(t), id, syscall.SIGTERM, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, b, id, runtime.StateExited)
+	if st := status(t, b, id); st.State != runtime.StateExited || st.ExitCode != 137 {
+		t.Fatalf("state %s exit %d, want exited 137", st.State, st.ExitCode)
+	}
+	if err := b.Start(context.Background(), id); err == nil {
+		t.Fatal("an instance stopped before it started was started")
+	}
+}
+
+// The agent died after spawning the shim but before the shim recorded the
+// start: the next agent announces the start once the shim records it.
+func TestStartRecordedAfterTheAgentDiedIsAnnounced(t *testing.T) {
+	root := t.TempDir()
+	a := newRuntime(t, root)
+	id := run(t, a, testSpec(t, "sleep", "30"))
+	a.Close()
+	// Make the record look as it does in the instant between spawn and start.
+	d := instanceDir(filepath.Join(root, id))
+	st, err := d.readState()
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := st
+	created.State = runtime.StateCreated.String()
+	if err := d.writeState(created); err != nil {
+		t.Fatal(err)
+	}
+	b := newRuntime(t, root)
+	if err := d.writeState(st); err != nil { // the shim records the start
+		t.Fatal(err)
+	}
+	waitEvent(t, b, id, runtime.StateRunning)
+	if err := b.Stop(stopCtx(t), id, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, b, id, runtime.StateExited)
+}

@@ -37,6 +37,9 @@ func (r *Runtime) Create(_ context.Context, spec runtime.ContainerSpec) (string,
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}
+	if err := syncDir(r.root); err != nil {
+		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
+	}
 	r.log.Info("container created", "pod", spec.PodNamespace+"/"+spec.PodName, "container", spec.Name, "id", id)
 	return id, nil
 }

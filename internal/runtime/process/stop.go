@@ -19,6 +19,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace
 	if err != nil {
 		return err
 	}
+	if err := r.settleCreated(ctx, d, id); err != nil {
+		return err
+	}
 	st, exited, err := r.runningState(d, id)
 	if err != nil || exited == nil {
 		return err
@@ -47,6 +50,64 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace
 	case <-r.closed:
 		return fmt.Errorf("stop container %s: %w", id, ErrClosed)
 	}
+}
+
+// settleCreated prepares an instance that is still created for a stop: a
+// start under way (this agent's, or a shim an earlier agent spawned) is
+// waited for; an instance nobody started is recorded exited (137, as a
+// container killed before it ran) so that it can never start afterwards.
+func (r *Runtime) settleCreated(ctx context.Context, d instanceDir, id string) error {
+	deadline := r.clock.Now().Add(settleTimeout)
+	for {
+		st, err := d.readState()
+		if err != nil {
+			return fmt.Errorf("container %s: %w", id, err)
+		}
+		if st.state() != runtime.StateCreated {
+			return nil
+		}
+		r.mu.Lock()
+		_, watched := r.watched[id]
+		if !r.starting[id] && !watched {
+			if _, spawned, _ := d.readShim(); !spawned {
+				r.starting[id] = true // keeps Start out while the exit is recorded
+				r.mu.Unlock()
+				err := r.recordNeverStarted(d, id)
+				r.mu.Lock()
+				delete(r.starting, id)
+				r.mu.Unlock()
+				return err
+			}
+		}
+		r.mu.Unlock()
+		if r.clock.Now().After(deadline) {
+			return fmt.Errorf("stop container %s: its start did not finish within %v: %w", id, settleTimeout, ErrConflict)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+		case <-r.clock.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settleTimeout bounds the wait for a start under way; a shim records the
+// start within milliseconds of being spawned.
+const settleTimeout = 10 * time.Second
+
+func (r *Runtime) recordNeverStarted(d instanceDir, id string) error {
+	cfg, err := d.readConfig()
+	if err != nil {
+		return fmt.Errorf("container %s: %w", id, err)
+	}
+	st := instanceState{State: runtime.StateExited.String(), FinishedAt: r.clock.Now(), ExitCode: 137,
+		Message: "container was stopped before it started"}
+	if err := d.writeState(st); err != nil {
+		return fmt.Errorf("container %s: %w", id, err)
+	}
+	r.log.Info("container stopped before it started", "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "container", cfg.Spec.Name, "id", id)
+	r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateExited})
+	return nil
 }
 
 // runningState returns the state of a running instance and the channel closed
