@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,12 +108,40 @@ func (s *syncBuffer) String() string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := pickPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
+}
+
+var (
+	portsMu sync.Mutex
+	// portsTaken: ports handed out in this process, never handed out twice.
+	portsTaken = map[int]bool{}
+)
+
+// pickPort returns a port that nothing listens on, below Linux's ephemeral
+// range (32768-60999): a port the kernel hands out may be taken by one of
+// the many outgoing connections before podvisor binds it, which made tests
+// fail with "address already in use".
+func pickPort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		port := 20000 + rand.IntN(12000)
+		if portsTaken[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		portsTaken[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port below the ephemeral range")
 }
 
 // NewPodvisor prepares a podvisor on free ports and a fresh data dir.

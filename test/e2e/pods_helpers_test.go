@@ -65,6 +65,15 @@ func killLeftovers(dataDir string) {
 			}
 		}
 	}
+	for _, pid := range processesWhoseEnv(func(env []byte) bool { return bytes.Contains(env, []byte(dataDir)) }) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// processesWhoseEnv lists the live processes (zombies are dead) other than
+// this one whose environment matches.
+func processesWhoseEnv(match func(env []byte) bool) []int {
+	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -72,10 +81,17 @@ func killLeftovers(dataDir string) {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err == nil && bytes.Contains(env, []byte(dataDir)) {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		if err != nil || !match(env) {
+			continue
 		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		pids = append(pids, pid)
 	}
+	return pids
 }
 
 func mustTemp(prefix string) string {
@@ -87,12 +103,11 @@ func mustTemp(prefix string) string {
 }
 
 func mustFreePort() int {
-	l, err := netListen()
+	port, err := pickPort()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return portOf(l)
+	return port
 }
 
 // pod builds a pod bound to the node with the given containers.

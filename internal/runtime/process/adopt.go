@@ -115,6 +115,10 @@ func (r *Runtime) shimExited(id string) {
 	}
 }
 
+// lostKillTimeout bounds the wait for the processes of a lost shim's
+// container to die after SIGKILL.
+const lostKillTimeout = 5 * time.Second
+
 // recordLost handles a shim that died without recording the exit (killed,
 // crashed): what is left of the container is killed and the instance is
 // recorded exited, with 137 as containerd reports a dead shim's task.
@@ -124,11 +128,25 @@ func (r *Runtime) recordLost(id string, d instanceDir) {
 		return
 	}
 	cg := cgroupSet{Dirs: st.Cgroups}
-	cg.signal(syscall.SIGKILL)
-	if st.Pid > 0 && st.PidStartTime != 0 {
-		if ps, err := readProcStat(st.Pid); err == nil && ps.StartTime == st.PidStartTime {
+	mainAlive := func() bool {
+		if st.Pid <= 0 || st.PidStartTime == 0 {
+			return false
+		}
+		ps, err := readProcStat(st.Pid)
+		return err == nil && ps.StartTime == st.PidStartTime && ps.State != 'Z'
+	}
+	// The exit is recorded only once nothing of the container runs: the
+	// agent may report the pod gone as soon as it reads it.
+	deadline := r.clock.Now().Add(lostKillTimeout)
+	for {
+		cg.signal(syscall.SIGKILL)
+		if mainAlive() {
 			signalGroup(st.Pid, syscall.SIGKILL)
 		}
+		if (len(cg.procs()) == 0 && !mainAlive()) || r.clock.Now().After(deadline) {
+			break
+		}
+		r.clock.Sleep(5 * time.Millisecond)
 	}
 	cg.remove() // fails while the killed processes linger; Remove retries
 	lost := st
