@@ -141,7 +141,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
-		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable,
+		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}), Status: a.status, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
 	})
@@ -186,9 +186,16 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// allocatable reads the node's allocatable from the API (for admission).
+// getNode reads this node from the API (labels, taints and allocatable for
+// admission).
+func (a *Agent) getNode() (*v1.Node, error) {
+	return a.client.CoreV1().Nodes().Get(context.Background(), a.cfg.NodeName, metav1.GetOptions{})
+}
+
+// allocatable is the node's allocatable as the API has it (for the
+// downward API's unset limits).
 func (a *Agent) allocatable() v1.ResourceList {
-	n, err := a.client.CoreV1().Nodes().Get(context.Background(), a.cfg.NodeName, metav1.GetOptions{})
+	n, err := a.getNode()
 	if err != nil {
 		return nil
 	}

@@ -65,7 +65,7 @@ func Compute(s Snapshot) Plan {
 	var init, regular []v1.ContainerStatus
 	ref := podRef(p.pod)
 	for _, c := range p.containers {
-		st := containerStatus(c, p.initialized, ref)
+		st := containerStatus(p.pod, c, ref)
 		if c.init {
 			init = append(init, st)
 		} else {

@@ -18,13 +18,16 @@ const (
 )
 
 // ownedConditions are the condition types the agent computes; every other
-// condition (PodScheduled, DisruptionTarget, readiness gates, …) belongs to
-// someone else and is kept as it is (§5).
+// condition (DisruptionTarget, readiness gates, …) belongs to someone else
+// and is kept as it is (§5). PodScheduled is the scheduler's until the pod is
+// bound; then the kubelet owns it, as upstream, and rewrites it True with the
+// generation it observed.
 var ownedConditions = []v1.PodConditionType{
 	v1.PodReadyToStartContainers,
 	v1.PodInitialized,
 	v1.ContainersReady,
 	v1.PodReady,
+	v1.PodScheduled,
 }
 
 func owned(t v1.PodConditionType) bool {
@@ -47,20 +50,11 @@ func conditions(pod *v1.Pod, old []v1.PodCondition, phase v1.PodPhase, init, reg
 		v1.PodInitialized:            initializedCondition(pod, phase, init, regular),
 		v1.ContainersReady:           cr,
 		v1.PodReady:                  readyCondition(pod, old, cr),
+		v1.PodScheduled:              scheduledCondition(),
 	}
 	for t, c := range computed {
 		c.Type = t
-		c.ObservedGeneration = pod.Generation
-		c.LastTransitionTime = apiTime(now)
-		for _, o := range old {
-			if o.Type == t {
-				c.LastProbeTime = o.LastProbeTime
-				if o.Status == c.Status {
-					c.LastTransitionTime = o.LastTransitionTime
-				}
-			}
-		}
-		computed[t] = c
+		computed[t] = stamp(c, pod, old, now)
 	}
 
 	out := make([]v1.PodCondition, 0, len(old)+len(ownedConditions))
@@ -81,6 +75,27 @@ func conditions(pod *v1.Pod, old []v1.PodCondition, phase v1.PodPhase, init, reg
 		}
 	}
 	return out
+}
+
+// stamp fills what every condition the agent writes carries: the pod's
+// generation it was computed from (observedGeneration, as upstream with
+// PodObservedGenerationTracking, GA in 1.35) and a lastTransitionTime that
+// moves to now only when the status changes.
+func stamp(c v1.PodCondition, pod *v1.Pod, old []v1.PodCondition, now time.Time) v1.PodCondition {
+	c.ObservedGeneration = pod.Generation
+	c.LastTransitionTime = apiTime(now)
+	if o := conditionOf(old, c.Type); o != nil {
+		c.LastProbeTime = o.LastProbeTime
+		if o.Status == c.Status {
+			c.LastTransitionTime = o.LastTransitionTime
+		}
+	}
+	return c
+}
+
+// scheduledCondition: a pod the agent handles is bound to its node.
+func scheduledCondition() v1.PodCondition {
+	return v1.PodCondition{Type: v1.PodScheduled, Status: v1.ConditionTrue}
 }
 
 func readyToStartCondition(sandboxReady bool) v1.PodCondition {

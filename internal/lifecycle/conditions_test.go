@@ -109,14 +109,13 @@ func TestConditions(t *testing.T) {
 func TestConditionsOfOthersKept(t *testing.T) {
 	old := metav1.NewTime(t0.Add(-time.Hour))
 	others := []v1.PodCondition{
-		{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: old},
 		{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: "TerminationByKubelet", Message: "m", LastTransitionTime: old},
 		{Type: "example.com/custom", Status: v1.ConditionFalse, Reason: "R", LastProbeTime: old, LastTransitionTime: old},
 	}
 	pod := newPod(containers("c1"), func(p *v1.Pod) { p.Status.Conditions = append(p.Status.Conditions, others...) })
 	p := Compute(snap(pod, recs{"c1": rec(running("a", 0))}))
 	got := p.Status.Conditions
-	if len(got) != len(others)+4 {
+	if len(got) != len(others)+5 {
 		t.Fatalf("§5: conditions %+v", got)
 	}
 	for i, o := range others {
@@ -129,7 +128,7 @@ func TestConditionsOfOthersKept(t *testing.T) {
 	for _, c := range got[len(others):] {
 		types = append(types, c.Type)
 	}
-	want := []v1.PodConditionType{v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady}
+	want := []v1.PodConditionType{v1.PodReadyToStartContainers, v1.PodInitialized, v1.ContainersReady, v1.PodReady, v1.PodScheduled}
 	for i := range want {
 		if types[i] != want[i] {
 			t.Errorf("owned conditions appended as %v, want %v", types, want)
@@ -165,3 +164,76 @@ func TestConditionTransitionTime(t *testing.T) {
 }
 
 func ptrTime(t metav1.Time) *metav1.Time { return &t }
+
+// §5 PodScheduled: once bound, the agent owns PodScheduled as upstream's
+// kubelet does: True, in the scheduler's place, its transition time kept,
+// and the generation the agent observed.
+func TestPodScheduledOwnedOnceBound(t *testing.T) {
+	old := metav1.NewTime(t0.Add(-time.Hour))
+	pod := newPod(containers("c1"), func(p *v1.Pod) {
+		p.Generation = 3
+		p.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue, ObservedGeneration: 1, LastTransitionTime: old}}
+	})
+	p := Compute(snap(pod, recs{"c1": rec(running("a", 0))}))
+	c := p.Status.Conditions[0]
+	if c.Type != v1.PodScheduled || c.Status != v1.ConditionTrue || c.ObservedGeneration != 3 || !c.LastTransitionTime.Equal(&old) {
+		t.Errorf("scheduler's PodScheduled -> True, generation 3, time kept, in place: %+v", c)
+	}
+
+	// Unschedulable before a direct binding: True now, the scheduler's reason gone.
+	pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionFalse, Reason: "Unschedulable", Message: "0/1 nodes", LastTransitionTime: old}}
+	c = condition(t, Compute(snap(pod, nil)), v1.PodScheduled)
+	if c.Status != v1.ConditionTrue || c.Reason != "" || c.Message != "" || !c.LastTransitionTime.Equal(ptrTime(metav1.NewTime(t0.Add(2*time.Second)))) {
+		t.Errorf("Unschedulable then bound -> True, no reason, transition now: %+v", c)
+	}
+
+	// Created with spec.nodeName: the scheduler never wrote it; the agent adds it.
+	pod.Status.Conditions = nil
+	p = Compute(snap(pod, nil))
+	last := p.Status.Conditions[len(p.Status.Conditions)-1]
+	if last.Type != v1.PodScheduled || last.Status != v1.ConditionTrue || last.ObservedGeneration != 3 {
+		t.Errorf("pod bound by spec.nodeName -> PodScheduled True appended: %+v", p.Status.Conditions)
+	}
+}
+
+// Every condition the agent writes, and the status, carry the generation the
+// agent observed (upstream's PodObservedGenerationTracking, GA in 1.35); a
+// new generation moves them all, conditions of other writers excepted.
+func TestObservedGenerationOnEveryOwnedCondition(t *testing.T) {
+	other := v1.PodCondition{Type: "example.com/gate", Status: v1.ConditionTrue, ObservedGeneration: 1}
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		recs recs
+		mods []func(*Snapshot)
+	}{
+		{name: "running", pod: newPod(containers("c1")), recs: recs{"c1": rec(running("a", 0))}},
+		{name: "initializing", pod: newPod(inits("i1"), containers("c1")), recs: recs{"i1": rec(running("i", 0))}},
+		{name: "ended", pod: newPod(containers("c1"), policy(v1.RestartPolicyNever)), recs: recs{"c1": rec(exited("a", 0, 1))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.pod.Generation = 7
+			tc.pod.Status.Conditions = []v1.PodCondition{other}
+			p := Compute(snap(tc.pod, tc.recs, tc.mods...))
+			if p.Status.ObservedGeneration != 7 {
+				t.Errorf("status.observedGeneration = %d, want 7", p.Status.ObservedGeneration)
+			}
+			seen := 0
+			for _, c := range p.Status.Conditions {
+				switch {
+				case c.Type == other.Type:
+					if c.ObservedGeneration != 1 {
+						t.Errorf("another writer's condition changed: %+v", c)
+					}
+				case c.ObservedGeneration != 7:
+					t.Errorf("%s observedGeneration = %d, want 7", c.Type, c.ObservedGeneration)
+				default:
+					seen++
+				}
+			}
+			if seen != len(ownedConditions) {
+				t.Errorf("owned conditions with the generation: %d, want %d: %+v", seen, len(ownedConditions), p.Status.Conditions)
+			}
+		})
+	}
+}

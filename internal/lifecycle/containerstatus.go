@@ -19,9 +19,8 @@ const (
 	ReasonStatusUnknown     = "ContainerStatusUnknown"
 )
 
-// containerStatus renders the status of one container (§3). initialized
-// tells whether a regular container still waits for the init containers.
-func containerStatus(c *container, initialized bool, podRef string) v1.ContainerStatus {
+// containerStatus renders the status of one container (§3).
+func containerStatus(pod *v1.Pod, c *container, podRef string) v1.ContainerStatus {
 	cur := c.rec.Current
 	st := v1.ContainerStatus{
 		Name:    c.name(),
@@ -45,30 +44,45 @@ func containerStatus(c *container, initialized bool, podRef string) v1.Container
 		if replacing {
 			st.LastTerminationState = v1.ContainerState{Terminated: terminated(cur)}
 		}
-		st.State = v1.ContainerState{Waiting: waiting(c, initialized, podRef)}
+		st.State = v1.ContainerState{Waiting: waiting(pod, c, podRef)}
 	case cur.State == StateExited:
 		st.State = v1.ContainerState{Terminated: terminated(cur)}
 	case c.running():
 		st.State = v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: apiTime(cur.StartedAt)}}
 	default: // created, postStart in flight, or unknown
-		st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}}
+		st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultWaitingReason(pod)}}
 	}
 	return st
 }
 
-func waiting(c *container, initialized bool, podRef string) *v1.ContainerStateWaiting {
+func waiting(pod *v1.Pod, c *container, podRef string) *v1.ContainerStateWaiting {
 	switch {
 	case c.rec.Starting:
-		return &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}
+		return &v1.ContainerStateWaiting{Reason: defaultWaitingReason(pod)}
 	case c.rec.Waiting != nil:
 		w := *c.rec.Waiting
+		if w.Reason == ReasonContainerCreating {
+			// A volume not set up yet: upstream has no reason of its own for
+			// it, the container keeps the default waiting state.
+			w.Reason = defaultWaitingReason(pod)
+		}
 		return &w
 	case c.restart && c.backOff:
 		return &v1.ContainerStateWaiting{Reason: ReasonCrashLoopBackOff, Message: backOffMessage(c, podRef)}
-	case c.regular() && !initialized:
-		return &v1.ContainerStateWaiting{Reason: ReasonPodInitializing}
 	}
-	return &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}
+	return &v1.ContainerStateWaiting{Reason: defaultWaitingReason(pod)}
+}
+
+// defaultWaitingReason is what a container that has not started yet shows
+// (§3), as upstream's default waiting state: in a pod with init containers
+// every container — init containers included, the first one too — waits
+// with PodInitializing, whether or not initialization is over; in a pod
+// without, ContainerCreating.
+func defaultWaitingReason(pod *v1.Pod) string {
+	if len(pod.Spec.InitContainers) > 0 {
+		return ReasonPodInitializing
+	}
+	return ReasonContainerCreating
 }
 
 // backOffMessage is upstream's, with the delay as Go prints it ("20s", "5m0s").

@@ -31,8 +31,39 @@ func TestContainerStatus(t *testing.T) {
 		{name: "§3: regular container while init containers run -> waiting PodInitializing",
 			pod: newPod(inits("init1"), containers("c1")), recs: recs{"init1": rec(running("i", 0))},
 			c: "c1", state: "waiting:PodInitializing", last: "none"},
-		{name: "§3: init container not started yet -> waiting ContainerCreating",
-			pod: newPod(inits("init1"), containers("c1")), c: "init1", state: "waiting:ContainerCreating", last: "none"},
+		// Upstream's default waiting state: PodInitializing for every container
+		// of a pod with init containers, ContainerCreating in a pod without.
+		{name: "§3 default waiting: first init container not started yet -> waiting PodInitializing",
+			pod: newPod(inits("init1"), containers("c1")), c: "init1", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3 default waiting: first init container being created -> waiting PodInitializing",
+			pod: newPod(inits("init1"), containers("c1")), recs: recs{"init1": {Starting: true}},
+			c: "init1", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3 default waiting: second init container behind a crash-looping first -> waiting PodInitializing",
+			pod:  newPod(inits("init1", "init2"), containers("c1")),
+			recs: recs{"init1": {Current: exited("b", 1, 1), Previous: exited("a", 0, 1)}},
+			mods: []func(*Snapshot){func(s *Snapshot) {
+				s.BackOff = map[string]BackOffEntry{"init1": {Delay: 20 * time.Second, LastUpdate: t0}}
+			}},
+			c: "init2", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3 default waiting: sidecar not started yet -> waiting PodInitializing",
+			pod: newPod(sidecars("sc"), containers("c1")), c: "sc", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3 default waiting: init container created, postStart in flight -> waiting PodInitializing",
+			pod:  newPod(inits("init1"), containers("c1")),
+			recs: recs{"init1": rec(&Instance{ID: "podvisor://x", State: StateRunning})},
+			c:    "init1", state: "waiting:PodInitializing", last: "none", id: "podvisor://x"},
+		{name: "§3 default waiting: regular container of an initialized pod not started yet -> waiting PodInitializing",
+			pod:  newPod(inits("init1"), containers("c1", "c2")),
+			recs: recs{"init1": rec(exited("i", 0, 0)), "c1": rec(running("x", 0))},
+			c:    "c2", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3 default waiting: a volume not ready in a pod with init containers -> waiting PodInitializing",
+			pod:  newPod(inits("init1"), containers("c1")),
+			recs: recs{"init1": {Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}, WaitingSince: t0}},
+			c:    "init1", state: "waiting:PodInitializing", last: "none"},
+		{name: "§3: a recorded reason wins over the default in a pod with init containers",
+			pod: newPod(inits("init1"), containers("c1")),
+			recs: recs{"init1": {Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError",
+				Message: `configmap "x" not found`}, WaitingSince: t0}},
+			c: "init1", state: "waiting:CreateContainerConfigError", last: "none", msg: `configmap "x" not found`},
 		{name: "§3: a start in flight -> waiting ContainerCreating",
 			pod: newPod(containers("c1")), recs: recs{"c1": {Starting: true}}, c: "c1", state: "waiting:ContainerCreating", last: "none"},
 		{name: "§3: instance created, not started -> waiting ContainerCreating",
@@ -175,7 +206,7 @@ func TestFinalStatusesOfATerminatedPod(t *testing.T) {
 	}
 	p = Compute(snap(pod, recs{"init1": rec(exited("i", 0, 143))}, terminating(Termination{Since: t0})))
 	for name, want := range map[string]string{
-		"init1": "terminated:Error(143)", "init2": "waiting:ContainerCreating", "c1": "waiting:PodInitializing",
+		"init1": "terminated:Error(143)", "init2": "waiting:PodInitializing", "c1": "waiting:PodInitializing",
 	} {
 		if got := stateString(status(t, p, name).State); got != want {
 			t.Errorf("%s = %s, want %s", name, got, want)

@@ -7,41 +7,70 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
+// Admission reasons of the kubelet that need nothing but the pod, the node
+// and the pods already admitted.
+const (
+	ReasonInvalidNodeInfo = "InvalidNodeInfo"
+	messageInvalidNode    = "Kubelet cannot get node info."
+)
+
+// admission is a refusal: upstream's PodAdmitResult reason and message (the
+// event's message; the status adds "Pod was rejected: ").
+type admission struct {
+	Reason, Message string
+}
+
 // admit decides whether the node can take pod, as the kubelet's admission
-// does: maxPods and allocatable cpu/memory against the pods already admitted.
-// It returns the Failed status of a rejected pod, or nil.
-func (m *Manager) admit(pod *v1.Pod) *v1.PodStatus {
+// handlers do, in their order: the node's predicates (OS, resources, node
+// affinity, node name, NoExecute taints) first, then the node shutdown
+// manager's. It returns the refusal, or nil.
+func (m *Manager) admit(pod *v1.Pod) *admission {
+	node := &v1.Node{}
+	if m.cfg.Node != nil {
+		n, err := m.cfg.Node()
+		if err != nil || n == nil {
+			m.cfg.Log.Warn("admission: cannot get the node", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			return &admission{ReasonInvalidNodeInfo, messageInvalidNode}
+		}
+		node = n
+	} else {
+		node.Name = m.cfg.NodeName
+		if m.cfg.Allocatable != nil {
+			node.Status.Allocatable = m.cfg.Allocatable()
+		}
+	}
+	if a := admitOnNode(pod, node, m.activePods(pod.UID), m.cfg.MaxPods); a != nil {
+		return a
+	}
 	m.mu.Lock()
 	extra := m.extraAdmit
 	m.mu.Unlock()
 	if extra != nil {
 		if st := extra(pod); st != nil {
-			return st
+			return &admission{st.Reason, st.Message}
 		}
 	}
-	active := m.activePods(pod.UID)
-	if m.cfg.MaxPods > 0 && int32(len(active)) >= m.cfg.MaxPods {
-		return rejection("OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d",
-			len(active), m.cfg.MaxPods))
+	return nil
+}
+
+// fitsResources is upstream's resource fit: one more pod within maxPods, and
+// cpu and memory requests within the node's allocatable.
+func fitsResources(pod *v1.Pod, alloc v1.ResourceList, others []*v1.Pod, maxPods int32) *admission {
+	if maxPods > 0 && int32(len(others)) >= maxPods {
+		return &admission{"OutOfpods", fmt.Sprintf("Node didn't have enough resource: pods, requested: 1, used: %d, capacity: %d",
+			len(others), maxPods)}
 	}
-	if m.cfg.Allocatable == nil {
-		return nil
-	}
-	var alloc v1.ResourceList // read only for a pod that requests something
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
 		want := podRequest(pod, name)
 		if want.IsZero() {
 			continue
-		}
-		if alloc == nil {
-			alloc = m.cfg.Allocatable()
 		}
 		capacity, ok := alloc[name]
 		if !ok {
 			continue
 		}
 		used := resource.Quantity{}
-		for _, p := range active {
+		for _, p := range others {
 			r := podRequest(p, name)
 			used.Add(r)
 		}
@@ -52,15 +81,11 @@ func (m *Manager) admit(pod *v1.Pod) *v1.PodStatus {
 			if name == v1.ResourceCPU {
 				req, usedV, capV = want.MilliValue(), used.MilliValue(), capacity.MilliValue()
 			}
-			return rejection("OutOf"+string(name), fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
-				name, req, usedV, capV))
+			return &admission{"OutOf" + string(name), fmt.Sprintf("Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d",
+				name, req, usedV, capV)}
 		}
 	}
 	return nil
-}
-
-func rejection(reason, msg string) *v1.PodStatus {
-	return &v1.PodStatus{Phase: v1.PodFailed, Reason: reason, Message: msg}
 }
 
 // podRequest is the effective request: the larger of the sum of regular (and

@@ -51,15 +51,18 @@ type Config struct {
 	PodsDir     string // per-pod directories (logs, volumes) live under it
 	MaxPods     int32
 	Allocatable func() v1.ResourceList
-	Runtime     runtime.Runtime
-	Prober      Prober     // nil: no probes run
-	Hooks       HookRunner // nil: hooks are not run
-	Status      StatusWriter
-	Recorder    record.EventRecorder
-	Client      kubernetes.Interface // ConfigMaps, Secrets for containers' env
-	Clock       clock.WithDelayedExecution
-	Lifecycle   lifecycle.Config
-	Log         *slog.Logger
+	// Node returns this node as the API has it (labels, taints, allocatable)
+	// for admission; nil: admission knows only Allocatable.
+	Node      func() (*v1.Node, error)
+	Runtime   runtime.Runtime
+	Prober    Prober     // nil: no probes run
+	Hooks     HookRunner // nil: hooks are not run
+	Status    StatusWriter
+	Recorder  record.EventRecorder
+	Client    kubernetes.Interface // ConfigMaps, Secrets for containers' env
+	Clock     clock.WithDelayedExecution
+	Lifecycle lifecycle.Config
+	Log       *slog.Logger
 }
 
 // Manager owns the workers and routes runtime events to them.
@@ -73,7 +76,7 @@ type Manager struct {
 	// them or the API confirms their pod is gone.
 	orphans map[types.UID][]runtime.Status
 	vols    *volumeManager
-	// extraAdmit, when set, may reject a new pod before the resource checks.
+	// extraAdmit, when set, may reject a new pod after the node's checks.
 	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
 

@@ -43,7 +43,7 @@ type worker struct {
 	unstarted    map[string]string               // instance ID -> container: found created, never started
 	backoff      map[string]lifecycle.BackOffEntry
 	termination  *lifecycle.Termination
-	rejected     *v1.PodStatus // set when admission refused the pod
+	rejected     *admission // set when admission refused the pod
 	// preStopCancel ends the preStop hook of an instance being stopped, for a
 	// second delete with a shorter grace.
 	preStopCancel map[string]context.CancelFunc
@@ -208,25 +208,31 @@ func (w *worker) sync(ctx context.Context) {
 	gone := w.gone
 	if w.rejected == nil && !gone && w.lastPhase == "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && len(w.instances) == 0 {
 		w.mu.Unlock()
-		if st := w.m.admit(pod); st != nil {
+		if a := w.m.admit(pod); a != nil {
+			st := lifecycle.Rejected(pod, a.Reason, a.Message, now)
 			w.mu.Lock()
-			w.rejected = st
+			w.rejected = a
 			w.lastPhase = st.Phase
-			w.lastStatus = *st
+			w.lastStatus = st
 			w.mu.Unlock()
-			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, st.Reason, st.Message)
-			w.m.cfg.Status.Set(pod, *st, false)
+			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, a.Reason, a.Message)
+			w.m.cfg.Status.Set(pod, st, false)
 			return
 		}
 		w.mu.Lock()
 	}
 	if w.rejected != nil {
-		st := *w.rejected
+		a := *w.rejected
 		w.mu.Unlock()
 		if gone {
 			w.finish(ctx)
 			return
 		}
+		// Rendered again from the newest pod: a new generation is observed.
+		st := lifecycle.Rejected(pod, a.Reason, a.Message, now)
+		w.mu.Lock()
+		w.lastStatus = st
+		w.mu.Unlock()
 		w.m.cfg.Status.Set(pod, st, pod.DeletionTimestamp != nil)
 		return
 	}

@@ -230,6 +230,7 @@ func (m *Manager) termination(pod *v1.Pod, b Band) podworker.Termination {
 		Message: TerminateMessage,
 		Condition: &v1.PodCondition{
 			Type:               v1.DisruptionTarget,
+			ObservedGeneration: pod.Generation, // as upstream's shutdown manager
 			Status:             v1.ConditionTrue,
 			Reason:             v1.PodReasonTerminationByKubelet,
 			Message:            TerminateMessage,

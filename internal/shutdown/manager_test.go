@@ -194,7 +194,9 @@ func TestShutdownStopsBandsInOrder(t *testing.T) {
 func TestShutdownTerminationOfEachPod(t *testing.T) {
 	bands := []Band{{0, 10 * time.Second}, {SystemCriticalPriority, 10 * time.Second}}
 	long := testPod("long", nil, ptr.To[int64](120))
+	long.Generation = 4
 	short := testPod("short", nil, ptr.To[int64](5))
+	short.Generation = 4
 	f := newFixture(t, bands, long, short)
 	if _, err := f.m.Shutdown("test"); err != nil {
 		t.Fatal(err)
@@ -212,7 +214,7 @@ func TestShutdownTerminationOfEachPod(t *testing.T) {
 		}
 		cond := c.t.Condition
 		if cond == nil || cond.Type != v1.DisruptionTarget || cond.Status != v1.ConditionTrue ||
-			cond.Reason != "TerminationByKubelet" || cond.Message != TerminateMessage {
+			cond.Reason != "TerminationByKubelet" || cond.Message != TerminateMessage || cond.ObservedGeneration != 4 {
 			t.Errorf("%s: condition %+v", c.uid, cond)
 		}
 	}

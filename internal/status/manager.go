@@ -22,13 +22,21 @@ import (
 )
 
 // OwnedConditions are the pod condition types the agent writes; all others
-// (PodScheduled, readiness gates, DisruptionTarget of others) are kept as the
-// API has them.
+// (readiness gates, DisruptionTarget of others) are kept as the API has them.
 var OwnedConditions = map[v1.PodConditionType]bool{
 	v1.PodReadyToStartContainers: true,
 	v1.PodInitialized:            true,
 	v1.ContainersReady:           true,
 	v1.PodReady:                  true,
+}
+
+// sharedConditions are written by the agent and by others: the agent's
+// replaces the API's when it has one, else the API's stays. PodScheduled is
+// the scheduler's until the agent rewrites it with the generation it
+// observed; DisruptionTarget the agent adds on node shutdown.
+var sharedConditions = map[v1.PodConditionType]bool{
+	v1.PodScheduled:     true,
+	v1.DisruptionTarget: true,
 }
 
 // Getter returns the newest copy of a pod the agent knows (from the informer).
@@ -181,7 +189,7 @@ func Merge(api, agent v1.PodStatus) v1.PodStatus {
 	out := *agent.DeepCopy()
 	var conds []v1.PodCondition
 	for _, c := range agent.Conditions {
-		if OwnedConditions[c.Type] || c.Type == v1.DisruptionTarget {
+		if OwnedConditions[c.Type] || sharedConditions[c.Type] {
 			conds = append(conds, c)
 		}
 	}
@@ -189,7 +197,7 @@ func Merge(api, agent v1.PodStatus) v1.PodStatus {
 		if OwnedConditions[c.Type] {
 			continue
 		}
-		if c.Type == v1.DisruptionTarget && hasCondition(conds, c.Type) {
+		if sharedConditions[c.Type] && hasCondition(conds, c.Type) {
 			continue
 		}
 		conds = append(conds, c)

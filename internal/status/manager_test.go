@@ -99,3 +99,18 @@ func TestWritesNewestAndDeletesAfter(t *testing.T) {
 		t.Error("pod still exists")
 	}
 }
+
+// PodScheduled is the scheduler's until the agent writes its own (True, with
+// the generation it observed): then the agent's replaces it.
+func TestMergePodScheduledOfTheAgentWins(t *testing.T) {
+	api := v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue, ObservedGeneration: 1}}}
+	agent := v1.PodStatus{Conditions: []v1.PodCondition{{Type: v1.PodScheduled, Status: v1.ConditionTrue, ObservedGeneration: 2}}}
+	got := Merge(api, agent)
+	if len(got.Conditions) != 1 || got.Conditions[0].ObservedGeneration != 2 {
+		t.Errorf("agent's PodScheduled should replace the API's: %+v", got.Conditions)
+	}
+	got = Merge(api, v1.PodStatus{})
+	if len(got.Conditions) != 1 || got.Conditions[0].ObservedGeneration != 1 {
+		t.Errorf("without one of the agent's, the API's PodScheduled stays: %+v", got.Conditions)
+	}
+}

@@ -251,7 +251,7 @@ func TestBadContainers(t *testing.T) {
 		pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resourceMust("1000")}
 		p.create(t, pod)
 		got := p.waitPod(t, ns, "huge", 30*time.Second, "OutOfcpu", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodFailed })
-		if got.Status.Reason != "OutOfcpu" || !strings.HasPrefix(got.Status.Message, "Node didn't have enough resource: cpu, requested: 1000000") {
+		if got.Status.Reason != "OutOfcpu" || !strings.HasPrefix(got.Status.Message, "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000") {
 			t.Errorf("reason/message = %q / %q", got.Status.Reason, got.Status.Message)
 		}
 	})

@@ -302,7 +302,8 @@ func TestGracefulShutdownLogind(t *testing.T) {
 	p.create(t, late)
 	p.waitPod(t, ns, late.Name, 30*time.Second, "rejected: NodeShutdown", func(pod *v1.Pod) bool {
 		return pod.Status.Phase == v1.PodFailed && pod.Status.Reason == "NodeShutdown" &&
-			pod.Status.Message == "Pod was rejected as the node is shutting down."
+			// upstream's kubelet puts every admission message behind this prefix
+			pod.Status.Message == "Pod was rejected: Pod was rejected as the node is shutting down."
 	})
 
 	for _, name := range []string{"period-120", "period-5"} {

@@ -1,0 +1,66 @@
+package podworker
+
+import (
+	"fmt"
+	"runtime"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	corev1 "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// Reasons and messages of the kubelet's predicate admission (v1.36). A failed
+// scheduler predicate is reported by its plugin's name, with the message
+// "Predicate <name> failed: <the plugin's reason>".
+const (
+	ReasonPodOSSelectorMismatch = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonPodOSNotSupported     = "PodOSNotSupported"
+	ReasonNodeAffinity          = "NodeAffinity"
+	ReasonNodeName              = "NodeName"
+	ReasonTaintToleration       = "TaintToleration"
+
+	messagePodOSSelectorMismatch = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+	messagePodOSNotSupported     = "Failed to admit pod as the OS field doesn't match node OS"
+	predicateNodeAffinity        = "node(s) didn't match Pod's node affinity/selector"
+	predicateNodeName            = "node(s) didn't match the requested node name"
+	predicateTaintToleration     = "node(s) had taints that the pod didn't tolerate"
+)
+
+// admitOnNode is the kubelet's predicate admission of pod on node, others
+// being the pods already admitted, in upstream's order: the OS checks, which
+// no preemption could help, then the scheduler's checks the kubelet repeats
+// (resources, required node affinity and nodeSelector, spec.nodeName), then
+// the node's NoExecute taints (NoSchedule ones are the scheduler's business:
+// a pod bound directly may ignore them). The first failure is the verdict;
+// nil admits.
+func admitOnNode(pod *v1.Pod, node *v1.Node, others []*v1.Pod, maxPods int32) *admission {
+	// The node's OS is the one the agent runs on, whatever its label says.
+	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != runtime.GOOS {
+		return &admission{ReasonPodOSSelectorMismatch, messagePodOSSelectorMismatch}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return &admission{ReasonPodOSNotSupported, messagePodOSNotSupported}
+	}
+	if a := fitsResources(pod, node.Status.Allocatable, others, maxPods); a != nil {
+		return a
+	}
+	// An invalid selector matches nothing, as in the scheduler.
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
+		return predicateFailed(ReasonNodeAffinity, predicateNodeAffinity)
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
+		return predicateFailed(ReasonNodeName, predicateNodeName)
+	}
+	noExecute := func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }
+	// Toleration comparison operators are alpha and off in 1.36.
+	if _, untolerated := corev1.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, noExecute, false); untolerated {
+		return predicateFailed(ReasonTaintToleration, predicateTaintToleration)
+	}
+	return nil
+}
+
+func predicateFailed(name, desc string) *admission {
+	return &admission{name, fmt.Sprintf("Predicate %s failed: %s", name, desc)}
+}
