@@ -29,6 +29,7 @@ behaviour (it issues its own certificates with the server's CA key).
 	fs.StringVar(&o.NodeName, "node-name", "", "name of the node")
 	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of this agent's API (must differ from the server's agent)")
 	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
+	fs.DurationVar(&o.EvictionMonitoringPeriod, "eviction-monitoring-period", 0, "for tests: time between node-pressure eviction rounds (0: upstream's 10s)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -24,6 +24,7 @@ func runUp(args []string) error {
 	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", 0, "embedded etcd client port on 127.0.0.1 (default: the recorded one, else 2379 or a free port)")
 	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (default: the recorded one, else 2380 or a free port)")
 	fs.DurationVar(&o.NodeMonitorGracePeriod, "node-monitor-grace-period", 0, "for tests: how long a silent node stays Ready before the controller manager marks it NotReady (0: upstream default)")
+	fs.DurationVar(&o.EvictionMonitoringPeriod, "eviction-monitoring-period", 0, "for tests: time between node-pressure eviction rounds (0: upstream's 10s)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agentapi"
 	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
@@ -67,6 +68,7 @@ type Agent struct {
 	events      record.EventBroadcaster
 	metrics     *prometheus.Registry
 	shutdown    *shutdown.Manager
+	eviction    *eviction.Manager
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -99,6 +101,7 @@ func New(cfg Config) (*Agent, error) {
 		StatusUpdateFrequency: cfg.Kubelet.NodeStatusUpdateFrequency,
 		StatusReportFrequency: cfg.Kubelet.NodeStatusReportFrequency,
 		LeaseDurationSeconds:  cfg.Kubelet.NodeLeaseDurationSeconds,
+		HardEviction:          cfg.Kubelet.Eviction.Thresholds,
 		Client:                client, Log: cfg.Log,
 	})
 	if err != nil {
@@ -164,7 +167,28 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.workers.SetAdmission(a.shutdown.Admit)
+	a.eviction, err = eviction.New(eviction.Config{
+		Settings: cfg.Kubelet.Eviction, Period: cfg.Kubelet.EvictionMonitoringPeriod,
+		LocalStorage: cfg.Kubelet.LocalStorageCapacityIsolation,
+		Observe:      eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}.Observe,
+		Stats:        eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir}.Stats,
+		ActivePods:   a.workers.ActivePods,
+		Evict: func(uid types.UID, e eviction.Eviction) <-chan struct{} {
+			return a.workers.TerminatePod(uid, podworker.Termination{Grace: e.Grace, Reason: eviction.Reason, Message: e.Message, Condition: e.Condition})
+		},
+		SetPressure: a.node.SetPressure, QOS: lifecycle.QOSClass,
+		Recorder: recorder, NodeName: cfg.NodeName, Log: cfg.Log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Shutdown first: a node going down refuses every pod with its own reason.
+	a.workers.SetAdmission(func(pod *v1.Pod) *v1.PodStatus {
+		if st := a.shutdown.Admit(pod); st != nil {
+			return st
+		}
+		return a.eviction.Admit(pod)
+	})
 
 	a.api, err = agentapi.New(agentapi.Config{
 		Addr:         net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
@@ -213,6 +237,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	go func() { <-ctx.Done(); a.events.Shutdown() }()
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
+	go a.eviction.Run(ctx)
 	go func() {
 		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("agent API stopped", "err", err)

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/podvisor/podvisor/internal/eviction"
 )
 
 // Config is the part of KubeletConfiguration podvisor honours, with defaults applied.
@@ -26,6 +28,17 @@ type Config struct {
 	ShutdownGracePeriodByPodPriority []kubeletv1beta1.ShutdownGracePeriodByPodPriority
 	ClusterDomain                    string
 	ClusterDNS                       []string
+	// Eviction: evictionHard (upstream's defaults when unset; merged with
+	// them under mergeDefaultEvictionSettings), evictionSoft and its grace
+	// periods, evictionMinimumReclaim, evictionMaxPodGracePeriod,
+	// evictionPressureTransitionPeriod (default 5m), localStorageCapacityIsolation.
+	Eviction eviction.Settings
+	// LocalStorageCapacityIsolation enforces ephemeral-storage limits and
+	// emptyDir sizeLimit by eviction (default true).
+	LocalStorageCapacityIsolation bool
+	// EvictionMonitoringPeriod is not in the file (upstream has it fixed at
+	// 10 s); podvisor's --eviction-monitoring-period sets it for tests.
+	EvictionMonitoringPeriod time.Duration
 }
 
 // implemented lists the top-level fields podvisor honours; any other field set
@@ -36,6 +49,9 @@ var implemented = map[string]bool{
 	"nodeStatusUpdateFrequency": true, "nodeStatusReportFrequency": true, "nodeLeaseDurationSeconds": true,
 	"shutdownGracePeriod": true, "shutdownGracePeriodCriticalPods": true, "shutdownGracePeriodByPodPriority": true,
 	"clusterDomain": true, "clusterDNS": true,
+	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
+	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
+	"localStorageCapacityIsolation": true,
 }
 
 // Default is the configuration used without --config.
@@ -47,7 +63,19 @@ func Default() Config {
 		NodeStatusReportFrequency: 5 * time.Minute,
 		NodeLeaseDurationSeconds:  40,
 		ClusterDomain:             "cluster.local",
+		Eviction:                  defaultEviction(),
+		EvictionMonitoringPeriod:  10 * time.Second,
+
+		LocalStorageCapacityIsolation: true,
 	}
+}
+
+func defaultEviction() eviction.Settings {
+	ts, err := eviction.ParseThresholds(eviction.DefaultHard, nil, nil, nil)
+	if err != nil {
+		panic(err) // the defaults are constants
+	}
+	return eviction.Settings{Thresholds: ts, PressureTransitionPeriod: 5 * time.Minute}
 }
 
 // Load reads path. It returns the configuration, the names of fields that are set
@@ -121,6 +149,40 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 		cfg.ClusterDomain = kc.ClusterDomain
 	}
 	cfg.ClusterDNS = kc.ClusterDNS
+	if kc.LocalStorageCapacityIsolation != nil {
+		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
+	}
+	return applyEviction(cfg, kc)
+}
+
+// applyEviction: as the kubelet, an evictionHard that is set replaces the
+// defaults unless mergeDefaultEvictionSettings is true.
+func applyEviction(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
+	hard := kc.EvictionHard
+	if hard == nil {
+		hard = eviction.DefaultHard
+	} else if kc.MergeDefaultEvictionSettings != nil && *kc.MergeDefaultEvictionSettings {
+		merged := map[string]string{}
+		for k, v := range eviction.DefaultHard {
+			merged[k] = v
+		}
+		for k, v := range hard {
+			merged[k] = v
+		}
+		hard = merged
+	}
+	ts, err := eviction.ParseThresholds(hard, kc.EvictionSoft, kc.EvictionSoftGracePeriod, kc.EvictionMinimumReclaim)
+	if err != nil {
+		return err
+	}
+	cfg.Eviction.Thresholds = ts
+	if d := kc.EvictionPressureTransitionPeriod.Duration; d > 0 {
+		cfg.Eviction.PressureTransitionPeriod = d
+	}
+	if kc.EvictionMaxPodGracePeriod < 0 {
+		return fmt.Errorf("evictionMaxPodGracePeriod must not be negative, got %d", kc.EvictionMaxPodGracePeriod)
+	}
+	cfg.Eviction.MaxPodGracePeriodSeconds = int64(kc.EvictionMaxPodGracePeriod)
 	return nil
 }
 

@@ -83,3 +83,32 @@ func TestBadFiles(t *testing.T) {
 		t.Error("a missing file must be an error")
 	}
 }
+
+// As the kubelet: an evictionHard that is set replaces upstream's defaults,
+// unless mergeDefaultEvictionSettings; unset it is the defaults.
+func TestEvictionHardReplacesOrMergesDefaults(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{"", 5},
+		{"evictionHard:\n  pid.available: \"100\"\n", 1},
+		{"evictionHard:\n  pid.available: \"100\"\nmergeDefaultEvictionSettings: true\n", 6},
+		{"evictionHard:\n  memory.available: 1Gi\nmergeDefaultEvictionSettings: true\nevictionSoft:\n  nodefs.available: 20%\nevictionSoftGracePeriod:\n  nodefs.available: 1m\n", 6},
+	} {
+		cfg, ignored, err := Load(write(t, head+tc.body+"maxPods: 10\n"))
+		if err != nil || len(ignored) != 0 {
+			t.Fatalf("%q: err %v, ignored %v", tc.body, err, ignored)
+		}
+		if got := len(cfg.Eviction.Thresholds); got != tc.want {
+			t.Errorf("%q: %d thresholds, want %d", tc.body, got, tc.want)
+		}
+		if cfg.Eviction.PressureTransitionPeriod != 5*time.Minute {
+			t.Errorf("transition period %s, want the 5m default", cfg.Eviction.PressureTransitionPeriod)
+		}
+	}
+	if _, _, err := Load(write(t, head+"evictionSoft:\n  memory.available: 1Gi\n")); err == nil || !strings.Contains(err.Error(), "grace period must be specified") {
+		t.Errorf("soft without grace: %v", err)
+	}
+}

@@ -11,6 +11,11 @@ import (
 // Guaranteed; anything else is Burstable. Pod-level resources, when set,
 // decide alone. The class is immutable, so a published one is kept.
 func qosClass(pod *v1.Pod) v1.PodQOSClass {
+	return QOSClass(pod)
+}
+
+// QOSClass is qosClass for the shell (eviction's admission).
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 	if pod.Status.QOSClass != "" {
 		return pod.Status.QOSClass
 	}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/eviction"
 )
 
 // LeaseNamespace holds the node heartbeats.
@@ -36,6 +38,7 @@ type Config struct {
 	StatusUpdateFrequency time.Duration // how often the status is computed
 	StatusReportFrequency time.Duration // how often it is written when nothing changed
 	LeaseDurationSeconds  int32
+	HardEviction          []eviction.Threshold // for allocatable
 	Client                kubernetes.Interface
 	Clock                 clock.WithTicker
 	Log                   *slog.Logger
@@ -47,6 +50,7 @@ type Manager struct {
 
 	mu         sync.Mutex
 	readiness  Readiness
+	pressure   []v1.NodeConditionType
 	lastReport time.Time
 	poke       chan struct{}
 }
@@ -78,6 +82,17 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) SetReadiness(r Readiness) {
 	m.mu.Lock()
 	m.readiness = r
+	m.mu.Unlock()
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+}
+
+// SetPressure publishes the eviction manager's pressure conditions at once.
+func (m *Manager) SetPressure(conds []v1.NodeConditionType) {
+	m.mu.Lock()
+	m.pressure = append([]v1.NodeConditionType(nil), conds...)
 	m.mu.Unlock()
 	select {
 	case m.poke <- struct{}{}:
@@ -159,11 +174,12 @@ func (m *Manager) desiredNode() *v1.Node {
 // report period has passed, or when force is set.
 func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	m.mu.Lock()
-	readiness := m.readiness
+	readiness, pressure := m.readiness, m.pressure
 	due := force || m.cfg.Clock.Since(m.lastReport) >= m.cfg.StatusReportFrequency
 	m.mu.Unlock()
 	now := metav1.NewTime(m.cfg.Clock.Now())
-	in := StatusInput{Machine: ReadMachine(m.cfg.DataDir), MaxPods: m.cfg.MaxPods, Readiness: readiness, Now: now}
+	in := StatusInput{Machine: ReadMachine(m.cfg.DataDir), MaxPods: m.cfg.MaxPods, Readiness: readiness, Now: now,
+		Pressure: pressure, HardEviction: m.cfg.HardEviction}
 	nodes := m.cfg.Client.CoreV1().Nodes()
 	cur, err := nodes.Get(ctx, m.cfg.Name, metav1.GetOptions{})
 	if err != nil {

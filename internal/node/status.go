@@ -3,21 +3,17 @@ package node
 import (
 	"fmt"
 	"runtime"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/version"
 )
 
-// Hard eviction thresholds as the kubelet's defaults: they are subtracted from
-// capacity to give allocatable, and crossing them is "pressure".
-const (
-	memoryEvictionThreshold = 100 << 20 // memory.available<100Mi
-	diskEvictionPercent     = 10        // nodefs.available<10%
-	pidEvictionPercent      = 5
-)
+var defaultHard, _ = eviction.ParseThresholds(eviction.DefaultHard, nil, nil, nil)
 
 // Readiness says whether the agent can run pods; the shutdown manager turns it off.
 type Readiness struct {
@@ -31,6 +27,13 @@ type StatusInput struct {
 	MaxPods   int32
 	Readiness Readiness
 	Now       metav1.Time
+	// Pressure are the conditions the eviction manager found (it owns the
+	// thresholds and the transition period).
+	Pressure []v1.NodeConditionType
+	// HardEviction is subtracted from capacity for allocatable, as the
+	// kubelet's hard eviction thresholds of memory.available and
+	// nodefs.available (upstream's defaults when unset).
+	HardEviction []eviction.Threshold
 }
 
 // resources returns capacity and allocatable.
@@ -43,17 +46,19 @@ func resources(in StatusInput) (v1.ResourceList, v1.ResourceList) {
 		v1.ResourcePods:             *resource.NewQuantity(int64(in.MaxPods), resource.DecimalSI),
 	}
 	allocatable := capacity.DeepCopy()
-	allocatable[v1.ResourceMemory] = *resource.NewQuantity(max(0, m.MemoryTotal-memoryEvictionThreshold), resource.BinarySI)
-	allocatable[v1.ResourceEphemeralStorage] = *resource.NewQuantity(m.DiskTotal*(100-diskEvictionPercent)/100, resource.BinarySI)
+	hard := in.HardEviction
+	if hard == nil {
+		hard = defaultHard
+	}
+	allocatable[v1.ResourceMemory] = *resource.NewQuantity(max(0, m.MemoryTotal-eviction.HardReserve(hard, v1.ResourceMemory, m.MemoryTotal)), resource.BinarySI)
+	allocatable[v1.ResourceEphemeralStorage] = *resource.NewQuantity(max(0, m.DiskTotal-eviction.HardReserve(hard, v1.ResourceEphemeralStorage, m.DiskTotal)), resource.BinarySI)
 	return capacity, allocatable
 }
 
 // conditions returns the four node conditions the agent owns, in upstream order.
 func conditions(in StatusInput) []v1.NodeCondition {
-	m := in.Machine
-	memPressure := m.MemoryTotal > 0 && m.MemoryAvailable < memoryEvictionThreshold
-	diskPressure := m.DiskTotal > 0 && m.DiskAvailable*100 < m.DiskTotal*diskEvictionPercent
-	pidPressure := m.PIDMax > 0 && (m.PIDMax-m.PIDsInUse)*100 < m.PIDMax*pidEvictionPercent
+	has := func(t v1.NodeConditionType) bool { return slices.Contains(in.Pressure, t) }
+	memPressure, diskPressure, pidPressure := has(v1.NodeMemoryPressure), has(v1.NodeDiskPressure), has(v1.NodePIDPressure)
 	cond := func(t v1.NodeConditionType, pressure bool, okReason, okMsg, badReason, badMsg string) v1.NodeCondition {
 		c := v1.NodeCondition{Type: t, Status: v1.ConditionFalse, Reason: okReason, Message: okMsg}
 		if pressure {

@@ -23,24 +23,23 @@ func statusOf(conds []v1.NodeCondition, t v1.NodeConditionType) v1.NodeCondition
 
 func TestConditionsFollowTheMachine(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		tweak func(*Machine)
-		cond  v1.NodeConditionType
-		want  v1.ConditionStatus
-		why   string
+		name     string
+		pressure []v1.NodeConditionType
+		cond     v1.NodeConditionType
+		want     v1.ConditionStatus
+		why      string
+		msg      string
 	}{
-		{"healthy memory", func(*Machine) {}, v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory"},
-		{"memory.available < 100Mi", func(m *Machine) { m.MemoryAvailable = 99 << 20 }, v1.NodeMemoryPressure, v1.ConditionTrue, "KubeletHasInsufficientMemory"},
-		{"nodefs.available < 10%", func(m *Machine) { m.DiskAvailable = 9 << 30 }, v1.NodeDiskPressure, v1.ConditionTrue, "KubeletHasDiskPressure"},
-		{"nodefs.available = 10%", func(m *Machine) { m.DiskAvailable = 10 << 30 }, v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure"},
-		{"few PIDs left", func(m *Machine) { m.PIDsInUse = m.PIDMax - 10 }, v1.NodePIDPressure, v1.ConditionTrue, "KubeletHasInsufficientPID"},
+		{"healthy memory", nil, v1.NodeMemoryPressure, v1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"},
+		{"memory pressure", []v1.NodeConditionType{v1.NodeMemoryPressure}, v1.NodeMemoryPressure, v1.ConditionTrue, "KubeletHasInsufficientMemory", "kubelet has insufficient memory available"},
+		{"disk pressure", []v1.NodeConditionType{v1.NodeDiskPressure}, v1.NodeDiskPressure, v1.ConditionTrue, "KubeletHasDiskPressure", "kubelet has disk pressure"},
+		{"no disk pressure", []v1.NodeConditionType{v1.NodeMemoryPressure}, v1.NodeDiskPressure, v1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"},
+		{"pid pressure", []v1.NodeConditionType{v1.NodePIDPressure}, v1.NodePIDPressure, v1.ConditionTrue, "KubeletHasInsufficientPID", "kubelet has insufficient PID available"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := healthy()
-			tc.tweak(&m)
-			c := statusOf(conditions(StatusInput{Machine: m, MaxPods: 110, Readiness: Readiness{Ready: true}}), tc.cond)
-			if c.Status != tc.want || c.Reason != tc.why {
-				t.Errorf("%s = %s/%s, want %s/%s", tc.cond, c.Status, c.Reason, tc.want, tc.why)
+			c := statusOf(conditions(StatusInput{Machine: healthy(), MaxPods: 110, Readiness: Readiness{Ready: true}, Pressure: tc.pressure}), tc.cond)
+			if c.Status != tc.want || c.Reason != tc.why || c.Message != tc.msg {
+				t.Errorf("%s = %s/%s/%s, want %s/%s/%s", tc.cond, c.Status, c.Reason, c.Message, tc.want, tc.why, tc.msg)
 			}
 		})
 	}
@@ -67,7 +66,8 @@ func TestAllocatableSubtractsEvictionThresholds(t *testing.T) {
 		t.Errorf("allocatable memory = %d", mem.Value())
 	}
 	disk := alloc[v1.ResourceEphemeralStorage]
-	if disk.Value() != 90<<30 {
+	// 10% as upstream computes it: a float32 fraction of the capacity.
+	if want := int64(100<<30) - int64(float64(100<<30)*float64(float32(0.1))); disk.Value() != want {
 		t.Errorf("allocatable ephemeral-storage = %d", disk.Value())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/podvisor/podvisor/internal/agent"
 	"github.com/podvisor/podvisor/internal/config"
@@ -27,6 +28,8 @@ type AgentOptions struct {
 	AgentPort     int
 	ConfigFile    string
 	Verbose       bool
+	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
+	EvictionMonitoringPeriod time.Duration
 }
 
 // RunAgent issues the agent's credentials, starts it and blocks until ctx
@@ -38,6 +41,9 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	kc, ignored, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return err
+	}
+	if o.EvictionMonitoringPeriod > 0 {
+		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
 	server, err := filepath.Abs(o.ServerDataDir)
 	if err != nil {

@@ -39,6 +39,7 @@ type Options struct {
 	EtcdClientPort           int           // 0: as recorded, else 2379 or a free port
 	EtcdPeerPort             int           // 0: as recorded, else 2380 or a free port
 	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
+	EvictionMonitoringPeriod time.Duration // for tests: between eviction rounds (0: 10 s)
 	Verbose                  bool          // component logs to stderr as well as the log file
 }
 
@@ -48,6 +49,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	kc, ignored, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return err
+	}
+	if o.EvictionMonitoringPeriod > 0 {
+		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
