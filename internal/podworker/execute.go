@@ -126,7 +126,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 
 func podGrace(pod *v1.Pod) time.Duration {
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return time.Duration(*g) * time.Second
+		return lifecycle.Seconds(*g) // saturates: the API bounds no grace period
 	}
 	return 30 * time.Second
 }

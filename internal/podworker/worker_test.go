@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -155,4 +156,26 @@ func TestPanicInOnePodSparesTheOthers(t *testing.T) {
 	}
 	st, _ := statuses.get(good.UID)
 	t.Fatalf("sawFailedSync=%v, good pod status: %+v", sawFailedSync, st)
+}
+
+// The API bounds no grace period: a deletion with a huge one must be a very
+// patient termination, not (wrapped to a negative Duration) an immediate kill.
+func TestGracePeriodsSaturate(t *testing.T) {
+	huge := int64(1) << 62
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		got  func(*v1.Pod) time.Duration
+		want time.Duration
+	}{
+		{"deletion without grace", &v1.Pod{}, deletionGrace, 0},
+		{"deletion with 30s", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: ptr.To[int64](30)}}, deletionGrace, 30 * time.Second},
+		{"deletion with a huge grace", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: &huge}}, deletionGrace, 1<<63 - 1},
+		{"pod grace default", &v1.Pod{}, podGrace, 30 * time.Second},
+		{"pod grace huge", &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: &huge}}, podGrace, 1<<63 - 1},
+	} {
+		if got := tc.got(tc.pod); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
