@@ -38,7 +38,11 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env 
 		}
 		sub := vmount.SubPath
 		if vmount.SubPathExpr != "" {
-			sub = expansion.Expand(vmount.SubPathExpr, env)
+			s, err := expansion.Expand(vmount.SubPathExpr, env)
+			if err != nil {
+				return nil, configError{fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
+			}
+			sub = s
 		}
 		host := src
 		if sub != "" {
