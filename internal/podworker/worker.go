@@ -35,6 +35,10 @@ type worker struct {
 	waiting      map[string]*v1.ContainerStateWaiting
 	waitingSince map[string]time.Time
 	postStart    map[string]bool // container IDs whose postStart has not returned yet
+	// postStartCancel ends the postStart hook of an instance that exited or
+	// of a pod that is terminating: a hook that never returns (sleep of a
+	// year, an exec that hangs) must not hold up the pod's end.
+	postStartCancel map[string]context.CancelFunc
 	messages     map[string]string
 	probes       map[string]lifecycle.ProbeState // by container name, for probeOf's instance
 	probeOf      map[string]string               // container name -> instance ID the probe state belongs to
@@ -63,7 +67,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 		instances: map[string][]runtime.Status{},
 		starting:  map[string]bool{}, stopping: map[string]bool{},
 		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
-		postStart: map[string]bool{}, messages: map[string]string{},
+		postStart: map[string]bool{}, postStartCancel: map[string]context.CancelFunc{}, messages: map[string]string{},
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
 		probed: map[string]bool{}, adopted: map[string]bool{},
 		backoff: map[string]lifecycle.BackOffEntry{},
@@ -143,6 +147,9 @@ func (w *worker) observe(st runtime.Status) {
 		sortInstances(list)
 	}
 	w.instances[st.Name] = list
+	if cancel, ok := w.postStartCancel[st.ID]; ok && st.State == runtime.StateExited {
+		cancel()
+	}
 	w.mu.Unlock()
 	w.poke()
 }
@@ -241,6 +248,11 @@ func (w *worker) sync(ctx context.Context) {
 		if g := deletionGrace(pod); g < w.termination.Grace-now.Sub(w.termination.Since) {
 			w.termination = &lifecycle.Termination{Since: now, Grace: g}
 			w.shortenStopsLocked(pod, g)
+		}
+	}
+	if w.termination != nil {
+		for _, cancel := range w.postStartCancel {
+			cancel()
 		}
 	}
 	probeChanges := w.probeChangesLocked(pod)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -178,4 +179,58 @@ func TestGracePeriodsSaturate(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// blockingHooks is a postStart that never returns by itself (as a sleep of a
+// year), until its context ends.
+type blockingHooks struct{}
+
+func (blockingHooks) Run(ctx context.Context, _ hook.Kind, _ *v1.Pod, _ *v1.Container, _, _ string, _ *v1.LifecycleHandler, _ time.Duration) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A postStart hook that never returns held the container in "starting", and
+// the core never stops what is starting: a deletion never finished (the
+// hostile-specs e2e test's postStart sleep of MaxInt64 seconds). Termination
+// cuts the hook short, then stops the container.
+func TestDeletionCutsAHangingPostStartShort(t *testing.T) {
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	rt := newFakeRuntime()
+	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+		Recorder: record.NewFakeRecorder(100), Hooks: blockingHooks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("hang")
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 1 << 40}}}
+	m.UpdatePod(pod)
+	waitStatus(t, statuses, pod.UID, "postStart in flight", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].ContainerID != ""
+	})
+	deleted := pod.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleted.DeletionGracePeriodSeconds = ptr.To[int64](1)
+	m.UpdatePod(deleted)
+	waitStatus(t, statuses, pod.UID, "a terminal phase after the deletion", func(st v1.PodStatus) bool {
+		return st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded
+	})
+}
+
+func waitStatus(t *testing.T, s *statusLog, uid types.UID, what string, cond func(v1.PodStatus) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if st, ok := s.get(uid); ok && cond(st) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	st, _ := s.get(uid)
+	t.Fatalf("timed out waiting for %s; status: %+v", what, st)
 }
