@@ -39,14 +39,14 @@ type worker struct {
 	// of a pod that is terminating: a hook that never returns (sleep of a
 	// year, an exec that hangs) must not hold up the pod's end.
 	postStartCancel map[string]context.CancelFunc
-	messages     map[string]string
-	probes       map[string]lifecycle.ProbeState // by container name, for probeOf's instance
-	probeOf      map[string]string               // container name -> instance ID the probe state belongs to
-	probed       map[string]bool                 // instance IDs handed to the prober
-	adopted      map[string]bool                 // instance IDs found running when the worker started
-	backoff      map[string]lifecycle.BackOffEntry
-	termination  *lifecycle.Termination
-	rejected     *v1.PodStatus // set when admission refused the pod
+	messages        map[string]string
+	probes          map[string]lifecycle.ProbeState // by container name, for probeOf's instance
+	probeOf         map[string]string               // container name -> instance ID the probe state belongs to
+	probed          map[string]bool                 // instance IDs handed to the prober
+	adopted         map[string]bool                 // instance IDs found running when the worker started
+	backoff         map[string]lifecycle.BackOffEntry
+	termination     *lifecycle.Termination
+	rejected        *v1.PodStatus // set when admission refused the pod
 	// preStopCancel ends the preStop hook of an instance being stopped, for a
 	// second delete with a shorter grace.
 	preStopCancel map[string]context.CancelFunc
