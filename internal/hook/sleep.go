@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
 )
 
 func (r *Runner) sleepHandler(pod *v1.Pod, c *v1.Container, a *v1.SleepAction) handler {
@@ -15,7 +16,8 @@ func (r *Runner) sleepHandler(pod *v1.Pod, c *v1.Container, a *v1.SleepAction) h
 			if a.Seconds <= 0 {
 				return result{}
 			}
-			t := r.clock.NewTimer(time.Duration(a.Seconds) * time.Second)
+			// Saturates: sleep is bounded only by the grace period, itself unbounded.
+			t := r.clock.NewTimer(lifecycle.Seconds(a.Seconds))
 			defer t.Stop()
 			select {
 			case <-t.C():

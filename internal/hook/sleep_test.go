@@ -3,6 +3,7 @@ package hook
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -50,6 +51,18 @@ func TestSleepWaitsItsSeconds(t *testing.T) {
 	if res := await(t, ch, 5*time.Second); res.err != nil {
 		t.Fatalf("sleep 2: %q, %v", res.msg, res.err)
 	}
+}
+
+// A sleep beyond what a Duration holds (the API bounds it only by the
+// grace period, itself unbounded) waits: it used to wrap negative and return
+// at once.
+func TestSleepHugeWaits(t *testing.T) {
+	fc := clocktesting.NewFakeClock(time.Now())
+	r := New(Config{Clock: fc})
+	ch := runAsync(context.Background(), r, PreStop, &v1.Container{Name: "c"}, "", sleepHook(math.MaxInt64), 0)
+	waitWaiters(t, fc, 1)
+	fc.Step(100 * 365 * 24 * time.Hour)
+	notYet(t, ch, "after 100 years")
 }
 
 // The same on the real clock: about 2 s.

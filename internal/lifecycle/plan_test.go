@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -161,6 +162,14 @@ func TestPlanActions(t *testing.T) {
 			pod:  newPod(sidecars("sc1", "sc2"), containers("c1"), policy(v1.RestartPolicyNever), grace10),
 			recs: recs{"sc1": rec(exited("s1", 0, 1)), "sc2": rec(running("s2", 0)), "c1": rec(exited("a", 0, 0))},
 			want: "kill sc2(10s)"},
+		// Found by FuzzCompute: the API bounds no grace period, and a plain
+		// conversion of a huge one wrapped to -1s, an immediate kill.
+		{name: "§6: liveness failure with a grace beyond what a Duration holds -> the largest grace, never negative",
+			pod:  newPod(containers("c1"), func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](math.MaxInt64) }),
+			recs: recs{"c1": rec(running("c", 0))}, mods: []func(*Snapshot){unhealthy(nil)}, want: "kill c1(2562047h47m16.854775807s)"},
+		{name: "§6: probe-level grace beyond what a Duration holds -> the largest grace",
+			pod: newPod(containers("c1")), recs: recs{"c1": rec(running("c", 0))},
+			mods: []func(*Snapshot){unhealthy(ptr.To[int64](math.MaxInt64/int64(time.Second) + 1))}, want: "kill c1(2562047h47m16.854775807s)"},
 		{name: "§2 rule 7: a pod published terminal has what still runs stopped",
 			pod:  newPod(containers("c1"), published(v1.PodFailed, "Evicted")),
 			recs: recs{"c1": rec(running("a", 0))}, want: "kill c1(30s)"},
@@ -313,5 +322,21 @@ func TestDone(t *testing.T) {
 				t.Errorf("done with phase %s", p.Status.Phase)
 			}
 		})
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want time.Duration
+	}{
+		{0, 0}, {-5, 0}, {1, time.Second}, {30, 30 * time.Second},
+		{math.MaxInt64 / int64(time.Second), time.Duration(math.MaxInt64/int64(time.Second)) * time.Second},
+		{math.MaxInt64/int64(time.Second) + 1, math.MaxInt64},
+		{math.MaxInt64, math.MaxInt64},
+	} {
+		if got := Seconds(tc.n); got != tc.want {
+			t.Errorf("Seconds(%d) = %v, want %v", tc.n, got, tc.want)
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package lifecycle
 
 import (
-	"time"
-
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -75,7 +73,7 @@ func (p *podState) appendStart(actions []Action, c *container) []Action {
 func (p *podState) killUnhealthy(c *container) Action {
 	grace := podGrace(p.pod)
 	if g := c.probe.Grace; g != nil {
-		grace = time.Duration(max(*g, 0)) * time.Second
+		grace = Seconds(*g)
 	}
 	return Action{Kind: ActionKill, Container: c.name(), Init: c.init, Grace: grace, Message: c.probe.KillMessage}
 }

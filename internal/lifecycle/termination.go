@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"math"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -17,9 +18,23 @@ const defaultGrace = 30 * time.Second
 
 func podGrace(pod *v1.Pod) time.Duration {
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return time.Duration(max(*g, 0)) * time.Second
+		return Seconds(*g)
 	}
 	return defaultGrace
+}
+
+// Seconds is n seconds as a Duration: negative counts as 0 and more than a
+// Duration holds (about 292 years) as the largest one. The API bounds no
+// grace period, and a plain conversion of a huge one wraps to a negative
+// Duration: an immediate kill instead of a very patient one.
+func Seconds(n int64) time.Duration {
+	switch {
+	case n <= 0:
+		return 0
+	case n > math.MaxInt64/int64(time.Second):
+		return math.MaxInt64
+	}
+	return time.Duration(n) * time.Second
 }
 
 // startTime is when the agent first saw the pod: the published one, else now.
@@ -37,7 +52,7 @@ func activeDeadline(s Snapshot) (deadline time.Time, ok bool) {
 	if ads == nil {
 		return time.Time{}, false
 	}
-	return startTime(s).Add(time.Duration(*ads) * time.Second), true
+	return startTime(s).Add(Seconds(*ads)), true
 }
 
 // effectiveTermination is s.Termination, or the termination the active
@@ -102,7 +117,7 @@ func (p *podState) stop(c *container) Action {
 	grace := podGrace(p.pod)
 	msg := "Stopping container " + c.name()
 	if t := p.term; t != nil {
-		grace = max(t.Grace-p.now.Sub(t.Since), 0)
+		grace = max(t.Grace-max(p.now.Sub(t.Since), 0), 0)
 		if t.KillMessage != "" {
 			msg = t.KillMessage
 		}

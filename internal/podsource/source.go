@@ -48,7 +48,14 @@ func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, erro
 	}
 	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
-		UpdateFunc: func(_, obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
+		UpdateFunc: func(oldObj, obj interface{}) {
+			// A relist after a broken watch reports a pod deleted and recreated
+			// under the same name as an update: the old UID is gone.
+			if old, pod := oldObj.(*v1.Pod), obj.(*v1.Pod); old.UID != pod.UID {
+				h.RemovePod(old)
+			}
+			h.UpdatePod(obj.(*v1.Pod))
+		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj

@@ -161,8 +161,28 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || w.m.cfg.Hooks == nil {
 		return
 	}
-	msg, err := w.m.cfg.Hooks.Run(ctx, hook.PostStart, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PostStart, 0)
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	w.postStartCancel[id] = cancel
+	exited := w.termination != nil || !w.isRunningLocked(c.Name, id)
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.postStartCancel, id)
+		w.mu.Unlock()
+	}()
+	if exited {
+		cancel() // already gone or terminating: the hook has nothing to wait for
+	}
+	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PostStart, 0)
 	if err == nil {
+		return
+	}
+	if hctx.Err() != nil && ctx.Err() == nil {
+		// Cut short because the container exited or the pod is terminating:
+		// the core stops or restarts it, with the termination's grace.
+		w.m.cfg.Log.Info("postStart hook cut short", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name)
 		return
 	}
 	w.m.cfg.Log.Info("postStart hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "msg", msg)
@@ -173,7 +193,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 
 func podGrace(pod *v1.Pod) time.Duration {
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return time.Duration(*g) * time.Second
+		return lifecycle.Seconds(*g) // saturates: the API bounds no grace period
 	}
 	return 30 * time.Second
 }
@@ -257,6 +277,10 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 func (w *worker) isRunning(name, id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.isRunningLocked(name, id)
+}
+
+func (w *worker) isRunningLocked(name, id string) bool {
 	for _, s := range w.instances[name] {
 		if s.ID == id {
 			return s.State == runtime.StateRunning

@@ -42,7 +42,8 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
-	env, err := w.m.containerEnv(ctx, pod, c)
+	var budget expansion.Budget // env and command together
+	env, err := w.m.containerEnv(ctx, pod, c, &budget)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -53,7 +54,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	var cmd []string
 	for _, s := range append(append([]string{}, c.Command...), c.Args...) {
-		cmd = append(cmd, expansion.Expand(s, lookup))
+		v, err := budget.Expand(s, lookup)
+		if err != nil {
+			return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: command or args %v", c.Name, err)}
+		}
+		cmd = append(cmd, v)
 	}
 	mounts, err := containerMounts(pod, c, paths, lookup, features)
 	if err != nil {
@@ -171,8 +176,10 @@ func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
 // containerEnv builds the environment as the kubelet's makeEnvironmentVariables:
 // envFrom first, then env in order (a later definition replaces an earlier
 // one), each value with $(VAR) expanded against what precedes it and the
-// service variables, then the service variables nothing replaced.
-func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container) ([]string, error) {
+// service variables, then the service variables nothing replaced. Every
+// value counts against budget: references multiply, and an env the agent
+// cannot hold in memory is a config error, not an agent out of memory.
+func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, budget *expansion.Budget) ([]string, error) {
 	services, err := m.serviceEnv(ctx, pod)
 	if err != nil {
 		return nil, err
@@ -184,12 +191,16 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		scope = map[string]string{}
 	}
 	var order []string
-	set := func(k, v string) {
+	set := func(k, v string) error {
+		if err := budget.Charge(len(k) + len(v) + 1); err != nil {
+			return configError{fmt.Sprintf("container %q: environment %v", c.Name, err)}
+		}
 		if _, ok := vars[k]; !ok {
 			order = append(order, k)
 		}
 		vars[k] = v
 		scope[k] = v
+		return nil
 	}
 	for _, from := range c.EnvFrom {
 		data, err := m.envFromSource(ctx, pod, from)
@@ -202,12 +213,20 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			set(from.Prefix+k, data[k])
+			if err := set(from.Prefix+k, data[k]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for _, e := range c.Env {
 		if e.Value != "" || e.ValueFrom == nil {
-			set(e.Name, expansion.Expand(e.Value, scope))
+			v, err := expansion.Expand(e.Value, scope)
+			if err != nil {
+				return nil, configError{fmt.Sprintf("container %q: env %s %v", c.Name, e.Name, err)}
+			}
+			if err := set(e.Name, v); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		v, ok, err := m.envValueFrom(ctx, pod, c, e.ValueFrom)
@@ -215,7 +234,9 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 			return nil, err
 		}
 		if ok {
-			set(e.Name, v)
+			if err := set(e.Name, v); err != nil {
+				return nil, err
+			}
 		}
 	}
 	svcKeys := make([]string, 0, len(services))
@@ -223,17 +244,19 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		svcKeys = append(svcKeys, k)
 	}
 	sort.Strings(svcKeys)
+	// What nothing replaced: the service variables, then PATH and HOSTNAME.
+	var defaults [][2]string
 	for _, k := range svcKeys {
-		if _, ok := vars[k]; !ok {
-			set(k, services[k])
+		defaults = append(defaults, [2]string{k, services[k]})
+	}
+	host, _ := os.Hostname()
+	defaults = append(defaults, [2]string{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, [2]string{"HOSTNAME", host})
+	for _, kv := range defaults {
+		if _, ok := vars[kv[0]]; !ok {
+			if err := set(kv[0], kv[1]); err != nil {
+				return nil, err
+			}
 		}
-	}
-	if _, ok := vars["PATH"]; !ok {
-		set("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-	}
-	if _, ok := vars["HOSTNAME"]; !ok {
-		host, _ := os.Hostname()
-		set("HOSTNAME", host)
 	}
 	out := make([]string, 0, len(order))
 	for _, k := range order {

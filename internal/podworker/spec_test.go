@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
+	"github.com/podvisor/podvisor/internal/expansion"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -37,7 +39,7 @@ func envPod(c v1.Container) *v1.Pod {
 
 func env(t *testing.T, m *Manager, pod *v1.Pod) []string {
 	t.Helper()
-	out, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0])
+	out, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,7 @@ func TestMissingObjectsAndKeysHaveUpstreamsMessages(t *testing.T) {
 		{v1.Container{Name: "c", EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}}}}}, `secret "nope" not found`},
 	} {
 		pod := envPod(tc.c)
-		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0])
+		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
 		var ce configError
 		if !errors.As(err, &ce) || err.Error() != tc.want {
 			t.Errorf("got %v, want config error %q", err, tc.want)
@@ -225,5 +227,29 @@ func TestTerminationMessageFileAndFallbackToLogs(t *testing.T) {
 	os.WriteFile(file, []byte(big), 0o644)
 	if got := readTerminationMessage(st, true); len(got) != 4096 || !strings.HasSuffix(got, "END") {
 		t.Errorf("file over 4096 bytes: len %d, suffix %q", len(got), got[len(got)-3:])
+	}
+}
+
+// An env whose references multiply ($(A) x100, then $(B) x100, …) asked the
+// agent for gigabytes and took it out of memory: it is a config error now,
+// found before the values are built; so are many copies of one big value and
+// a command built the same way.
+func TestEnvAndCommandExpansionBounded(t *testing.T) {
+	m := envManager()
+	bomb := []v1.EnvVar{{Name: "A", Value: strings.Repeat("a", 1024)}}
+	for i, n := range []string{"B", "C", "D", "E", "F"} {
+		bomb = append(bomb, v1.EnvVar{Name: n, Value: strings.Repeat("$("+bomb[i].Name+")", 100)})
+	}
+	copies := []v1.EnvVar{{Name: "B", Value: strings.Repeat("b", 1<<20)}}
+	for i := range 20 {
+		copies = append(copies, v1.EnvVar{Name: fmt.Sprintf("C%d", i), Value: "$(B)"})
+	}
+	for name, envs := range map[string][]v1.EnvVar{"growing references": bomb, "copies of 1 MiB": copies} {
+		pod := envPod(v1.Container{Name: "c", Env: envs})
+		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
+		var ce configError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "expands to more than") {
+			t.Errorf("%s: %v, want a config error", name, err)
+		}
 	}
 }

@@ -38,7 +38,11 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env 
 		}
 		sub := vmount.SubPath
 		if vmount.SubPathExpr != "" {
-			sub = expansion.Expand(vmount.SubPathExpr, env)
+			s, err := expansion.Expand(vmount.SubPathExpr, env)
+			if err != nil {
+				return nil, configError{fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
+			}
+			sub = s
 		}
 		host := src
 		if sub != "" {
@@ -65,6 +69,10 @@ func isDefaultServiceAccountVolume(v v1.Volume, m v1.VolumeMount) bool {
 
 // subPath resolves sub inside the volume at dir; symlinks may not lead out
 // of the volume. A subPath that does not exist yet is created as a directory.
+// It is walked one name at a time, each resolved and checked before the next
+// is looked at or made, as upstream's SafeMakeDir: a missing name under a
+// symlink out of the volume (link/newdir, with link -> /etc) is refused, not
+// created where the link points.
 func subPath(dir, sub string) (string, error) {
 	if filepath.IsAbs(sub) {
 		return "", fmt.Errorf("subPath %q must be relative", sub)
@@ -74,24 +82,34 @@ func subPath(dir, sub string) (string, error) {
 			return "", fmt.Errorf("subPath %q must not contain '..'", sub)
 		}
 	}
-	p := filepath.Join(dir, sub)
-	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(p, 0o750); err != nil {
-			return "", err
-		}
-	}
 	base, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return "", err
 	}
-	real, err := filepath.EvalSymlinks(p)
-	if err != nil {
-		return "", err
+	cur := base // resolved, inside the volume
+	for _, part := range strings.Split(filepath.ToSlash(sub), "/") {
+		if part == "" || part == "." {
+			continue
+		}
+		next := filepath.Join(cur, part)
+		if _, err := os.Lstat(next); errors.Is(err, os.ErrNotExist) {
+			// cur holds no symlink and part does not exist: this makes it in cur.
+			if err := os.Mkdir(next, 0o750); err != nil && !errors.Is(err, os.ErrExist) {
+				return "", err
+			}
+		} else if err != nil {
+			return "", err
+		}
+		real, err := filepath.EvalSymlinks(next)
+		if err != nil {
+			return "", err
+		}
+		if real != base && !strings.HasPrefix(real, base+string(filepath.Separator)) {
+			return "", fmt.Errorf("subPath %q leads outside the volume", sub)
+		}
+		cur = real
 	}
-	if real != base && !strings.HasPrefix(real, base+string(filepath.Separator)) {
-		return "", fmt.Errorf("subPath %q leads outside the volume", sub)
-	}
-	return real, nil
+	return cur, nil
 }
 
 // mountPointFor creates the mount point at target for host when it is

@@ -56,6 +56,34 @@ func TestSubPathStaysInsideTheVolume(t *testing.T) {
 	}
 }
 
+// A subPath that does not exist under a symlink out of the volume used to be
+// created where the link points (MkdirAll before the check): a pod could make
+// directories anywhere on the host (the hostile-specs e2e test checks it too).
+func TestSubPathCreatesNothingOutsideTheVolume(t *testing.T) {
+	vol, outside := t.TempDir(), t.TempDir()
+	os.Symlink(outside, filepath.Join(vol, "link"))
+	os.Symlink("link", filepath.Join(vol, "chain"))
+	os.Mkdir(filepath.Join(vol, "real"), 0o755)
+	os.Symlink("real", filepath.Join(vol, "inside"))
+	os.Symlink(filepath.Join(vol, "real"), filepath.Join(vol, "absinside"))
+	for _, sub := range []string{"link/newdir", "link/a/b/c", "chain/newdir", "./link/x", "real/../link/y"} {
+		if _, err := subPath(vol, sub); err == nil {
+			t.Errorf("%s: accepted", sub)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Errorf("created outside the volume: %v", entries)
+	}
+	// Symlinks that stay inside are followed, as upstream.
+	for sub, want := range map[string]string{"inside/new": "real/new", "absinside/x/y": "real/x/y", "a//b/./c": "a/b/c"} {
+		got, err := subPath(vol, sub)
+		realVol, _ := filepath.EvalSymlinks(vol)
+		if err != nil || got != filepath.Join(realVol, want) {
+			t.Errorf("%s: %q, %v; want %s", sub, got, err, want)
+		}
+	}
+}
+
 func TestVolumeMountsWithoutRootAreRefusedByName(t *testing.T) {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: v1.PodSpec{Volumes: []v1.Volume{
 		{Name: "kube-api-access-abcde", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{}}},

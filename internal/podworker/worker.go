@@ -35,15 +35,19 @@ type worker struct {
 	waiting      map[string]*v1.ContainerStateWaiting
 	waitingSince map[string]time.Time
 	postStart    map[string]bool // container IDs whose postStart has not returned yet
-	messages     map[string]string
-	probes       map[string]lifecycle.ProbeState // by container name, for probeOf's instance
-	probeOf      map[string]string               // container name -> instance ID the probe state belongs to
-	probed       map[string]bool                 // instance IDs handed to the prober
-	adopted      map[string]bool                 // instance IDs found running when the worker started
-	unstarted    map[string]string               // instance ID -> container: found created, never started
-	backoff      map[string]lifecycle.BackOffEntry
-	termination  *lifecycle.Termination
-	rejected     *admission // set when admission refused the pod
+	// postStartCancel ends the postStart hook of an instance that exited or
+	// of a pod that is terminating: a hook that never returns (sleep of a
+	// year, an exec that hangs) must not hold up the pod's end.
+	postStartCancel map[string]context.CancelFunc
+	messages        map[string]string
+	probes          map[string]lifecycle.ProbeState // by container name, for probeOf's instance
+	probeOf         map[string]string               // container name -> instance ID the probe state belongs to
+	probed          map[string]bool                 // instance IDs handed to the prober
+	adopted         map[string]bool                 // instance IDs found running when the worker started
+	unstarted       map[string]string               // instance ID -> container: found created, never started
+	backoff         map[string]lifecycle.BackOffEntry
+	termination     *lifecycle.Termination
+	rejected        *admission // set when admission refused the pod
 	// preStopCancel ends the preStop hook of an instance being stopped, for a
 	// second delete with a shorter grace.
 	preStopCancel map[string]context.CancelFunc
@@ -64,7 +68,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 		instances: map[string][]runtime.Status{},
 		starting:  map[string]bool{}, stopping: map[string]bool{},
 		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
-		postStart: map[string]bool{}, messages: map[string]string{},
+		postStart: map[string]bool{}, postStartCancel: map[string]context.CancelFunc{}, messages: map[string]string{},
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
 		probed: map[string]bool{}, adopted: map[string]bool{}, unstarted: map[string]string{},
 		backoff: map[string]lifecycle.BackOffEntry{},
@@ -140,6 +144,9 @@ func (w *worker) observe(st runtime.Status) {
 		sortInstances(list)
 	}
 	w.instances[st.Name] = list
+	if cancel, ok := w.postStartCancel[st.ID]; ok && st.State == runtime.StateExited {
+		cancel()
+	}
 	w.mu.Unlock()
 	w.poke()
 }
@@ -237,22 +244,24 @@ func (w *worker) sync(ctx context.Context) {
 		return
 	}
 	if w.termination == nil && (gone || pod.DeletionTimestamp != nil) {
-		grace := time.Duration(0)
-		if pod.DeletionGracePeriodSeconds != nil {
-			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
-		}
+		grace := deletionGrace(pod)
 		if gone {
 			grace = 0 // force-deleted: the minimum grace (the stop path floors it at 2 s)
 		}
 		w.termination = &lifecycle.Termination{Since: now, Grace: grace}
 	} else if w.termination != nil && pod.DeletionGracePeriodSeconds != nil && w.termination.Reason == "" {
 		// A second delete with a shorter grace shortens the termination in progress.
-		if g := time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second; g < w.termination.Grace-now.Sub(w.termination.Since) {
+		if g := deletionGrace(pod); g < w.termination.Grace-now.Sub(w.termination.Since) {
 			w.termination = &lifecycle.Termination{Since: now, Grace: g}
 			w.shortenStopsLocked(pod, g)
 		}
 	}
 	resume := len(w.unstarted) > 0 && w.termination == nil
+	if w.termination != nil {
+		for _, cancel := range w.postStartCancel {
+			cancel()
+		}
+	}
 	probeChanges := w.probeChangesLocked(pod)
 	snap := w.snapshotLocked(now)
 	w.mu.Unlock()
@@ -296,6 +305,15 @@ func (w *worker) sync(ctx context.Context) {
 	if !plan.WakeAt.IsZero() {
 		w.wakeAfter(plan.WakeAt.Sub(now))
 	}
+}
+
+// deletionGrace is the grace period of the pod's deletion; 0 when none.
+// The API bounds no grace period: a huge one saturates rather than wraps.
+func deletionGrace(pod *v1.Pod) time.Duration {
+	if g := pod.DeletionGracePeriodSeconds; g != nil {
+		return lifecycle.Seconds(*g)
+	}
+	return 0
 }
 
 // finish removes everything of the pod from the node and ends the worker.

@@ -13,7 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 
+	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -163,4 +165,67 @@ func TestPanicInOnePodSparesTheOthers(t *testing.T) {
 	}
 	st, _ := statuses.get(good.UID)
 	t.Fatalf("sawFailedSync=%v, good pod status: %+v", sawFailedSync, st)
+}
+
+// The API bounds no grace period: a deletion with a huge one must be a very
+// patient termination, not (wrapped to a negative Duration) an immediate kill.
+func TestGracePeriodsSaturate(t *testing.T) {
+	huge := int64(1) << 62
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		got  func(*v1.Pod) time.Duration
+		want time.Duration
+	}{
+		{"deletion without grace", &v1.Pod{}, deletionGrace, 0},
+		{"deletion with 30s", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: ptr.To[int64](30)}}, deletionGrace, 30 * time.Second},
+		{"deletion with a huge grace", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: &huge}}, deletionGrace, 1<<63 - 1},
+		{"pod grace default", &v1.Pod{}, podGrace, 30 * time.Second},
+		{"pod grace huge", &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: &huge}}, podGrace, 1<<63 - 1},
+	} {
+		if got := tc.got(tc.pod); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// blockingHooks is a postStart that never returns by itself (as a sleep of a
+// year), until its context ends.
+type blockingHooks struct{}
+
+func (blockingHooks) Run(ctx context.Context, _ hook.Kind, _ *v1.Pod, _ *v1.Container, _, _ string, _ *v1.LifecycleHandler, _ time.Duration) (string, error) {
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+// A postStart hook that never returns held the container in "starting", and
+// the core never stops what is starting: a deletion never finished (the
+// hostile-specs e2e test's postStart sleep of MaxInt64 seconds). Termination
+// cuts the hook short, then stops the container.
+func TestDeletionCutsAHangingPostStartShort(t *testing.T) {
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	rt := newFakeRuntime()
+	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+		Recorder: record.NewFakeRecorder(100), Hooks: blockingHooks{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod := testPod("hang")
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 1 << 40}}}
+	m.UpdatePod(pod)
+	waitStatus(t, statuses, pod.UID, "postStart in flight", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].ContainerID != ""
+	})
+	deleted := pod.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleted.DeletionGracePeriodSeconds = ptr.To[int64](1)
+	m.UpdatePod(deleted)
+	waitStatus(t, statuses, pod.UID, "a terminal phase after the deletion", func(st v1.PodStatus) bool {
+		return st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded
+	})
 }

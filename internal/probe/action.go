@@ -67,7 +67,11 @@ func newAction(e env, t timing, p *v1.Probe, c *v1.Container, containerID, podIP
 	}
 	switch {
 	case p.Exec != nil:
-		return &execAction{exec: e.exec, containerID: containerID, cmd: expandStatic(p.Exec.Command, c.Env), timeout: t.timeout}
+		cmd, err := expandStatic(p.Exec.Command, c.Env)
+		if err != nil {
+			return invalid{err}
+		}
+		return &execAction{exec: e.exec, containerID: containerID, cmd: cmd, timeout: t.timeout}
 	case p.HTTPGet != nil:
 		req, err := httpget.NewRequest(context.Background(), p.HTTPGet, c, podIP, e.userAgent)
 		if err != nil {

@@ -3,6 +3,7 @@ package probe
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/expansion"
 )
 
 // §6: failureThreshold consecutive failures make the container unhealthy,
@@ -316,13 +319,30 @@ func TestAddToDeletedPodSkipsLiveness(t *testing.T) {
 
 // Exec probe commands expand $(VAR) from the container's literal env, as upstream.
 func TestExecCommandExpandsStaticEnv(t *testing.T) {
-	got := expandStatic([]string{"check", "$(PORT)", "$(FROM)", "$(MISSING)", "$$(PORT)", "a$b"}, []v1.EnvVar{
+	got, err := expandStatic([]string{"check", "$(PORT)", "$(FROM)", "$(MISSING)", "$$(PORT)", "a$b"}, []v1.EnvVar{
 		{Name: "PORT", Value: "8080"},
 		{Name: "FROM", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 	})
 	want := []string{"check", "8080", "", "$(MISSING)", "$(PORT)", "a$b"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("got %q, want %q", got, want)
+	if fmt.Sprint(got) != fmt.Sprint(want) || err != nil {
+		t.Errorf("got %q, %v; want %q", got, err, want)
+	}
+}
+
+// A command whose references multiply past the agent's limits (a 1 KiB
+// variable 100000 times in one 400 KB argument) is a probe that cannot run
+// as written, found before the 100 MB are built.
+func TestExecCommandExpansionBounded(t *testing.T) {
+	env := []v1.EnvVar{{Name: "A", Value: strings.Repeat("a", 1024)}}
+	if _, err := expandStatic([]string{strings.Repeat("$(A)", 100000)}, env); !errors.Is(err, expansion.ErrTooLong) {
+		t.Errorf("one huge argument: %v", err)
+	}
+	many := make([]string, 20000)
+	for i := range many {
+		many[i] = "$(A)"
+	}
+	if _, err := expandStatic(many, env); !errors.Is(err, expansion.ErrTooLong) {
+		t.Errorf("many arguments of 1 KiB each, 20 MB in all: %v", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/lifecycle"
 )
 
 // SystemCriticalPriority is the priority from which a pod is critical
@@ -97,8 +98,8 @@ func Priority(pod *v1.Pod) int32 {
 // own terminationGracePeriodSeconds when that is shorter.
 func Grace(pod *v1.Pod, band Band) time.Duration {
 	g := band.Period
-	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil && time.Duration(*s)*time.Second < g {
-		g = time.Duration(max(*s, 0)) * time.Second
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		g = min(g, lifecycle.Seconds(*s)) // saturates: the API bounds no grace period
 	}
 	return g
 }

@@ -1,6 +1,7 @@
 package shutdown
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -106,6 +107,8 @@ func TestGrace(t *testing.T) {
 		{ptr.To[int64](5), 5 * time.Second},
 		{ptr.To[int64](10), 10 * time.Second},
 		{ptr.To[int64](0), 0},
+		// A grace beyond what a Duration holds used to wrap negative.
+		{ptr.To[int64](math.MaxInt64), 10 * time.Second},
 	} {
 		if got := Grace(testPod("p", nil, tc.own), band); got != tc.want {
 			t.Errorf("own %v: Grace = %v, want %v", tc.own, got, tc.want)

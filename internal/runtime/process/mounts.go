@@ -82,9 +82,40 @@ func applyMounts(d instanceDir, mounts []runtime.Mount) error {
 		}
 	}
 	for _, m := range mounts {
+		if underDev(m.ContainerPath) {
+			if err := checkDevMountPoint(m.ContainerPath); err != nil {
+				return err
+			}
+		}
 		if err := bindMount(m); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkDevMountPoint refuses a missing mount point under /dev that would be
+// made in a directory of the host: privateDev binds the host's own shm, pts
+// and mqueue into the private /dev, so a termination message path or
+// mountPath of /dev/shm/x would create x in the host's /dev/shm. A missing
+// mount point must land on the private /dev itself.
+func checkDevMountPoint(path string) error {
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		return nil // there already: bound over, nothing is created
+	}
+	var dev unix.Stat_t
+	if err := unix.Stat("/dev", &dev); err != nil {
+		return err
+	}
+	for p := filepath.Dir(filepath.Clean(path)); p != "/dev" && p != "/"; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		if st.Dev != dev.Dev {
+			return fmt.Errorf("mount at %s: cannot create the mount point: %s is the host's, and nothing is created on the host's /dev", path, p)
+		}
+		return nil
 	}
 	return nil
 }

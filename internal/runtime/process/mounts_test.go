@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,6 +67,37 @@ func TestTerminationLogIsAtItsPathWithoutTouchingHostDev(t *testing.T) {
 	}
 	if _, err := os.Lstat("/dev/termination-log"); err == nil {
 		t.Error("/dev/termination-log was created on the host")
+	}
+}
+
+// privateDev binds the host's /dev/shm into the private /dev: a termination
+// message path (or mountPath) in it used to create the file in the host's
+// /dev/shm. Found by the hostile-specs e2e test.
+func TestMountPointInAHostDirectoryOfDevIsRefused(t *testing.T) {
+	needRoot(t)
+	if fi, err := os.Stat("/dev/shm"); err != nil || !fi.IsDir() {
+		t.Skip("the host has no /dev/shm")
+	}
+	name := filepath.Join("/dev/shm", fmt.Sprintf("podvisor-test-%d", os.Getpid()))
+	t.Cleanup(func() { os.Remove(name) })
+	r := newRuntime(t, t.TempDir())
+	spec := testSpec(t, "sh", "-c", "echo -n bye > "+name)
+	spec.TerminationMessagePath = name
+	st := waitExit(t, r, run(t, r, spec))
+	if st.Reason != "StartError" || !strings.Contains(st.Message, "/dev/shm is the host's") {
+		t.Errorf("got %q %q, want StartError naming /dev/shm", st.Reason, st.Message)
+	}
+	if _, err := os.Lstat(name); err == nil {
+		t.Errorf("%s was created on the host", name)
+	}
+	// Missing mount points under /dev proper still land on the private /dev.
+	spec = testSpec(t, "sh", "-c", "echo -n ok > /dev/podvisor-test/deep/log")
+	spec.TerminationMessagePath = "/dev/podvisor-test/deep/log"
+	if st := waitExit(t, r, run(t, r, spec)); st.ExitCode != 0 {
+		t.Errorf("a new path under /dev: exit %d %q", st.ExitCode, st.Message)
+	}
+	if _, err := os.Lstat("/dev/podvisor-test"); err == nil {
+		t.Error("/dev/podvisor-test was created on the host")
 	}
 }
 
