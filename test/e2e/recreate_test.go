@@ -25,10 +25,12 @@ import (
 const (
 	recreatePods = 100
 	// recreateBound is how late a pod may run after its create call. Normal
-	// on this 2-core machine shared with other tests: p99 around 2 s for a
-	// burst of 100 (see the distribution the test logs); the stall of issue 18
-	// item 7 is 10 s. 5 s is well above the one and well below the other.
-	recreateBound = 5 * time.Second
+	// is the time the agent takes to start the whole burst of 100: p99 1.3 s
+	// to 4.2 s on a 2-core machine shared with other tests (the test logs the
+	// distribution per round). The stall of issue 18 item 7 is 10 s or more:
+	// the config-error retry of a failed mount plus the start. 7 s is well
+	// above the one and well below the other.
+	recreateBound = 7 * time.Second
 )
 
 // Issue 18 item 7: a pod worker never sits idle while it has work. 100 pods
@@ -84,6 +86,7 @@ func TestRecreatedPodsStartPromptly(t *testing.T) {
 	if t.Failed() {
 		rec.explain(worstUID)
 	}
+	rec.logCatchUps()
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	t.Logf("all recreated pods (%d): %s; slowest: %s %v", len(all), distString(all), worst, worstD.Round(time.Millisecond))
 }
@@ -336,6 +339,28 @@ func (r *runningRecorder) explain(uid types.UID) {
 			r.t.Log(line)
 		}
 	}
+}
+
+// logCatchUps logs how long the agent waited for the API server to catch up
+// with a pod before it would hand it a token or an object.
+func (r *runningRecorder) logCatchUps() {
+	b, err := os.ReadFile(filepath.Join(r.p.DataDir, "podvisor.log"))
+	if err != nil {
+		return
+	}
+	var waits []time.Duration
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, `msg="API server caught up with the pod"`) {
+			continue
+		}
+		if _, v, ok := strings.Cut(line, " waited="); ok {
+			if d, err := time.ParseDuration(strings.Fields(v)[0]); err == nil {
+				waits = append(waits, d)
+			}
+		}
+	}
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	r.t.Logf("requests the API server refused until it caught up with the pod: %s", distString(waits))
 }
 
 func sortedDurations(m map[types.UID]time.Duration) []time.Duration {
