@@ -26,11 +26,11 @@ const (
 	recreatePods = 100
 	// recreateBound is how late a pod may run after its create call. Normal
 	// is the time the agent takes to start the whole burst of 100: p99 1.3 s
-	// to 4.2 s on a 2-core machine shared with other tests (the test logs the
-	// distribution per round). The stall of issue 18 item 7 is 10 s or more:
-	// the config-error retry of a failed mount plus the start. 7 s is well
-	// above the one and well below the other.
-	recreateBound = 7 * time.Second
+	// to 5.3 s on a 2-core machine shared with other tests (load average up
+	// to 17; the test logs the distribution per round). The stall of issue 18
+	// item 7 is never under 10.2 s: the 10 s config-error retry of a failed
+	// mount plus the start. 8 s is above the one and below the other.
+	recreateBound = 8 * time.Second
 )
 
 // Issue 18 item 7: a pod worker never sits idle while it has work. 100 pods
