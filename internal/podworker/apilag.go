@@ -39,23 +39,14 @@ func tokenRefusedForLag(err error) bool {
 // explain, the pod's worker no longer wants its containers started, ctx ends
 // or catchUpLimit passes; it returns req's last error.
 func (m *Manager) untilCaughtUp(ctx context.Context, uid types.UID, what string, lagging func(error) bool, req func() error) error {
+	err := req()
+	if err == nil || !lagging(err) || !m.wantsStart(uid) {
+		return err
+	}
+	m.cfg.Log.Info("API server refused a request for the pod, waiting for it to catch up", "pod", m.podName(uid), "request", what, "err", err)
 	start := m.cfg.Clock.Now()
 	delay := catchUpFirstDelay
-	for attempt := 1; ; attempt++ {
-		err := req()
-		if err == nil {
-			if attempt > 1 {
-				m.cfg.Log.Info("API server caught up with the pod", "pod", m.podName(uid), "request", what,
-					"attempts", attempt, "waited", m.cfg.Clock.Since(start).Round(time.Millisecond))
-			}
-			return nil
-		}
-		if !lagging(err) || !m.wantsStart(uid) || m.cfg.Clock.Since(start) >= catchUpLimit {
-			return err
-		}
-		if attempt == 1 {
-			m.cfg.Log.Info("API server refused a request for the pod, waiting for it to catch up", "pod", m.podName(uid), "request", what, "err", err)
-		}
+	for attempt := 2; ; attempt++ {
 		t := m.cfg.Clock.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -64,6 +55,14 @@ func (m *Manager) untilCaughtUp(ctx context.Context, uid types.UID, what string,
 		case <-t.C():
 		}
 		delay = min(2*delay, catchUpMaxDelay)
+		if err = req(); err == nil {
+			m.cfg.Log.Info("API server caught up with the pod", "pod", m.podName(uid), "request", what,
+				"attempts", attempt, "waited", m.cfg.Clock.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if !lagging(err) || !m.wantsStart(uid) || m.cfg.Clock.Since(start) >= catchUpLimit {
+			return err
+		}
 	}
 }
 
