@@ -207,13 +207,19 @@ func visitObjects(pod *v1.Pod, fn func(objectKind, string)) {
 }
 
 // getConfigMap reads a ConfigMap for pod uid and watches it from now on. A
-// missing one is upstream's `configmap "<name>" not found`.
+// missing one is upstream's `configmap "<name>" not found`. A refusal while
+// the API server has not caught up with the pod is waited out (apilag.go):
+// the watch, if one exists already, would not wake the worker when it ends.
 func (m *Manager) getConfigMap(ctx context.Context, uid types.UID, ns, name string) (*v1.ConfigMap, error) {
 	if m.cfg.Client == nil {
 		return nil, fmt.Errorf("couldn't get configMap %v/%v, no kubeClient defined", ns, name)
 	}
 	m.volumes().watches.use(uid, objectKey{kindConfigMap, ns, name})
-	cm, err := m.cfg.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	var cm *v1.ConfigMap
+	err := m.untilCaughtUp(ctx, uid, "get configmap "+name, refusedForLag, func() (err error) {
+		cm, err = m.cfg.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: string(kindConfigMap)}, name)
 	}
@@ -226,7 +232,11 @@ func (m *Manager) getSecret(ctx context.Context, uid types.UID, ns, name string)
 		return nil, fmt.Errorf("couldn't get secret %v/%v, no kubeClient defined", ns, name)
 	}
 	m.volumes().watches.use(uid, objectKey{kindSecret, ns, name})
-	s, err := m.cfg.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	var s *v1.Secret
+	err := m.untilCaughtUp(ctx, uid, "get secret "+name, refusedForLag, func() (err error) {
+		s, err = m.cfg.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		return err
+	})
 	if apierrors.IsNotFound(err) {
 		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: string(kindSecret)}, name)
 	}

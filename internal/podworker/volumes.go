@@ -202,6 +202,7 @@ func (w *worker) setupVolumes(ctx context.Context, pod *v1.Pod) (map[string]stri
 		p, err := vm.setupVolume(ctx, w.podDir(), pod, v)
 		if err != nil {
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)
+			w.m.cfg.Log.Info("volume set-up failed", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", v.Name, "err", err)
 			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
 			return nil, mountError{configError{msg}}
 		}

@@ -224,13 +224,20 @@ func (vm *volumeManager) tokenPayload(ctx context.Context, pod *v1.Pod, tp *v1.S
 		if sa == "" {
 			sa = "default"
 		}
-		tr, err := vm.m.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
+		req := &authenticationv1.TokenRequest{
 			Spec: authenticationv1.TokenRequestSpec{
 				Audiences:         auds,
 				ExpirationSeconds: tp.ExpirationSeconds,
 				BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
 			},
-		}, metav1.CreateOptions{})
+		}
+		// The node authorizer and NodeRestriction may not know the pod
+		// yet: wait for them rather than fail the mount (apilag.go).
+		var tr *authenticationv1.TokenRequest
+		err := vm.m.untilCaughtUp(ctx, pod.UID, "token for service account "+sa, tokenRefusedForLag, func() (err error) {
+			tr, err = vm.m.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("failed to fetch token: %w", err)
 		}
