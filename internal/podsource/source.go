@@ -46,25 +46,7 @@ func New(client kubernetes.Interface, nodeName string, h Handler) (*Source, erro
 	}}); err != nil {
 		return nil, err
 	}
-	reg, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
-		UpdateFunc: func(oldObj, obj interface{}) {
-			// A relist after a broken watch reports a pod deleted and recreated
-			// under the same name as an update: the old UID is gone.
-			if old, pod := oldObj.(*v1.Pod), obj.(*v1.Pod); old.UID != pod.UID {
-				h.RemovePod(old)
-			}
-			h.UpdatePod(obj.(*v1.Pod))
-		},
-		DeleteFunc: func(obj interface{}) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*v1.Pod); ok {
-				h.RemovePod(p)
-			}
-		},
-	})
+	reg, err := s.informer.AddEventHandler(handlerFuncs(h))
 	s.handler = reg
 	return s, err
 }
@@ -89,4 +71,27 @@ func (s *Source) Get(uid types.UID) (*v1.Pod, bool) {
 		return nil, false
 	}
 	return objs[0].(*v1.Pod), true
+}
+
+// handlerFuncs hands informer notifications to h.
+func handlerFuncs(h Handler) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) { h.UpdatePod(obj.(*v1.Pod)) },
+		UpdateFunc: func(oldObj, obj interface{}) {
+			// A relist after a broken watch reports a pod deleted and recreated
+			// under the same name as an update: the old UID is gone.
+			if old, pod := oldObj.(*v1.Pod), obj.(*v1.Pod); old.UID != pod.UID {
+				h.RemovePod(old)
+			}
+			h.UpdatePod(obj.(*v1.Pod))
+		},
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*v1.Pod); ok {
+				h.RemovePod(p)
+			}
+		},
+	}
 }
