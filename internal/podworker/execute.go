@@ -324,10 +324,13 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 		candidates = append(candidates, cand)
 	}
 	m.mu.Unlock()
+	var newest time.Time
 	for _, cand := range candidates {
 		cand.mu.Lock()
-		if cand.pod.Namespace == namespace && cand.pod.Name == pod {
-			w = cand
+		// A pod recreated under the same name: the newest object is the one
+		// kubectl means, not the old one still terminating.
+		if cand.pod.Namespace == namespace && cand.pod.Name == pod && (w == nil || cand.pod.CreationTimestamp.After(newest)) {
+			w, newest = cand, cand.pod.CreationTimestamp.Time
 		}
 		cand.mu.Unlock()
 	}
