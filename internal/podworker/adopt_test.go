@@ -177,7 +177,7 @@ func TestCleanupOrphansKeepsInstancesWhileTheAPICannotAnswer(t *testing.T) {
 	rt.byID[s.ID] = s
 	m, statuses, client := newAdoptionManager(t, rt, pod)
 	fail := true
-	client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
 		if fail {
 			return true, nil, errors.New("connection refused")
 		}

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -233,10 +233,10 @@ func (m *Manager) worker(uid types.UID) *worker {
 // CleanupOrphans kills and removes the re-adopted instances of pods the API
 // no longer has, and removes their directories. Call it once the pod source
 // has handed over every pod of its first list. An instance is an orphan only
-// when the API confirms that its pod is gone (not found, or found with
-// another UID): a pod the source has not delivered but the API still has is
-// given a worker instead, and a pod the API cannot be asked about keeps its
-// instances for the next call. It returns how many pods are still unresolved.
+// when a consistent list of the node's pods confirms that its pod is gone: a
+// pod the source has not delivered but the API still has is given a worker
+// instead, and when the API cannot be asked every instance is kept for the
+// next call. It returns how many pods are still unresolved.
 func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	m.mu.Lock()
 	candidates := make(map[types.UID][]runtime.Status, len(m.orphans))
@@ -244,14 +244,17 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		candidates[uid] = list
 	}
 	m.mu.Unlock()
-	for uid, list := range candidates {
-		pod, gone, err := m.lookupPod(ctx, uid, list)
-		switch {
-		case err != nil:
-			m.cfg.Log.Warn("cannot tell whether the pod of re-adopted containers exists; keeping them", "podUID", uid, "err", err)
-			pending++
-			continue
-		case !gone:
+	if len(candidates) == 0 {
+		m.removeUnknownPodDirs()
+		return 0
+	}
+	onNode, err := m.podsOnNode(ctx)
+	if err != nil {
+		m.cfg.Log.Warn("cannot tell whether the pods of re-adopted containers exist; keeping them", "pods", len(candidates), "err", err)
+		return len(candidates)
+	}
+	for uid := range candidates {
+		if pod, ok := onNode[uid]; ok {
 			m.ensureWorker(pod) // the worker claims the instances; the source's copy wins if it has one
 			continue
 		}
@@ -272,6 +275,13 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 			_ = m.cfg.Runtime.Remove(ctx, s.ID)
 		}
 	}
+	m.removeUnknownPodDirs()
+	return 0
+}
+
+// removeUnknownPodDirs removes the directories of pods that have neither a
+// worker nor instances waiting to be claimed.
+func (m *Manager) removeUnknownPodDirs() {
 	// Read the directory before listing the workers: a directory made after
 	// the read belongs to a worker the listing then includes.
 	entries, _ := os.ReadDir(m.cfg.PodsDir)
@@ -294,29 +304,29 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
 		}
 	}
-	return pending
 }
 
-// lookupPod asks the API for the pod of re-adopted instances: gone is true
-// only when the API says it does not exist with this UID.
-func (m *Manager) lookupPod(ctx context.Context, uid types.UID, list []runtime.Status) (pod *v1.Pod, gone bool, err error) {
+// podsOnNode lists the pods bound to this node, by UID, with a consistent
+// read: a UID missing from it is a pod the API no longer has. (A node may not
+// GET a pod it has no relationship with, so a deleted pod cannot be asked
+// about by name: the node authorizer answers Forbidden, not NotFound.)
+func (m *Manager) podsOnNode(ctx context.Context) (map[types.UID]*v1.Pod, error) {
 	if m.cfg.Client == nil {
-		return nil, false, fmt.Errorf("no API client")
+		return nil, fmt.Errorf("no API client")
 	}
-	ns, name := list[0].PodNamespace, list[0].PodName
-	if ns == "" || name == "" {
-		return nil, true, nil // an instance no pod could own
+	list, err := m.cfg.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", m.cfg.NodeName).String(),
+	})
+	if err != nil {
+		return nil, err
 	}
-	pod, err = m.cfg.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, true, nil
-	case err != nil:
-		return nil, false, err
-	case pod.UID != uid || pod.Spec.NodeName != m.cfg.NodeName:
-		return nil, true, nil
+	out := make(map[types.UID]*v1.Pod, len(list.Items))
+	for i := range list.Items {
+		if pod := &list.Items[i]; pod.Spec.NodeName == m.cfg.NodeName {
+			out[pod.UID] = pod
+		}
 	}
-	return pod, false, nil
+	return out, nil
 }
 
 func (m *Manager) removeWorker(uid types.UID) {

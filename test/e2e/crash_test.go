@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,6 +151,9 @@ func TestCrashRestarts(t *testing.T) {
 	for _, l := range leaks {
 		t.Error("leftover: " + l)
 	}
+	if len(leaks) > 0 || len(violations) > 0 {
+		logAgentLines(t, checker, p.DataDir, a.DataDir)
+	}
 }
 
 // watchCrashPods feeds every pod status of ns to the checker until ctx ends;
@@ -169,4 +173,34 @@ func watchCrashPods(ctx context.Context, p *Podvisor, ns string, checker *crashC
 		},
 	})
 	factory.Start(ctx.Done())
+}
+
+// logAgentLines prints what podvisor logged about the pods that were left
+// behind, before the data dirs (and their logs) are removed.
+func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
+	if dir := os.Getenv("PODVISOR_CRASH_SAVE_LOGS"); dir != "" {
+		for i, d := range dataDirs {
+			b, _ := os.ReadFile(filepath.Join(d, "podvisor.log"))
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("podvisor-%d.log", i)), b, 0o644)
+		}
+	}
+	var needles []string
+	checker.mu.Lock()
+	for uid, pp := range checker.pods {
+		if len(processesWithEnv(crashEnvVar, string(uid))) > 0 {
+			needles = append(needles, string(uid), pp.name)
+		}
+	}
+	checker.mu.Unlock()
+	for _, d := range dataDirs {
+		b, _ := os.ReadFile(filepath.Join(d, "podvisor.log"))
+		for _, line := range strings.Split(string(b), "\n") {
+			for _, n := range needles {
+				if strings.Contains(line, n) {
+					t.Log(filepath.Base(d) + ": " + line)
+					break
+				}
+			}
+		}
+	}
 }
