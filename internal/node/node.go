@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -187,7 +188,8 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	}
 	conds, changed := mergeConditions(cur.Status.Conditions, conditions(in), now, due)
 	capacity, allocatable := resources(in)
-	if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) {
+	features := declaredFeatures()
+	if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) && slices.Equal(cur.Status.DeclaredFeatures, features) {
 		return nil
 	}
 	// A strategic merge patch of the status only, as the kubelet sends: an
@@ -196,7 +198,7 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	// controller adds and removes taints at any time).
 	st := v1.NodeStatus{
 		Conditions: conds, Capacity: capacity, Allocatable: allocatable,
-		Addresses: m.addresses(), NodeInfo: nodeInfo(),
+		Addresses: m.addresses(), NodeInfo: nodeInfo(), DeclaredFeatures: features,
 	}
 	st.DaemonEndpoints.KubeletEndpoint.Port = m.cfg.AgentPort
 	patch, err := json.Marshal(map[string]any{"status": st})

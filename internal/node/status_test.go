@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -94,5 +95,15 @@ func TestTransitionTimeChangesOnlyWithStatus(t *testing.T) {
 	kept, _ := mergeConditions(others, conditions(StatusInput{Machine: healthy(), Readiness: Readiness{Ready: true}}), t1, false)
 	if statusOf(kept, "NetworkUnavailable").Type == "" {
 		t.Error("a condition of another writer was dropped")
+	}
+}
+
+// The node declares exactly the features the agent implements (KEP-5328), so
+// that the scheduler places pods with RestartAllContainers rules here.
+func TestDeclaredFeaturesAreWhatTheAgentImplements(t *testing.T) {
+	got := declaredFeatures()
+	want := []string{"RestartAllContainersOnContainerExits"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("declaredFeatures = %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,23 @@
+package node
+
+import (
+	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
+	ndfeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers"
+	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
+)
+
+// implementedGates are the feature gates whose node-side behaviour the agent
+// implements. Only these count as enabled when the node's declared features
+// are discovered: a node must never declare what it cannot do, since the
+// scheduler places pods that need a feature only on nodes declaring it.
+var implementedGates = ndftypes.FeatureGateMap{
+	restartallcontainers.RestartAllContainersOnContainerExits: true,
+}
+
+// declaredFeatures is node.status.declaredFeatures (KEP-5328): upstream's
+// feature registry evaluated against the gates the agent implements, sorted
+// as the kubelet writes them.
+func declaredFeatures() []string {
+	return ndf.New(ndfeatures.AllFeatures).DiscoverNodeFeatures(&ndf.NodeConfiguration{FeatureGates: implementedGates})
+}
