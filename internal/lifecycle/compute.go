@@ -26,6 +26,10 @@ type podState struct {
 	initialized bool
 	// ending: the pod will start nothing more, only stop what runs.
 	ending bool
+	// restarting: all containers restart (KEP-5532); resetPending: some are
+	// still to be stopped and removed first.
+	restarting   bool
+	resetPending bool
 }
 
 // Compute decides, from what is known of one pod now, the status to publish
@@ -66,6 +70,7 @@ func Compute(s Snapshot) Plan {
 	ref := podRef(p.pod)
 	for _, c := range p.containers {
 		st := containerStatus(p.pod, c, ref)
+		p.carryOver(&st, c)
 		if c.init {
 			init = append(init, st)
 		} else {
@@ -73,11 +78,21 @@ func Compute(s Snapshot) Plan {
 		}
 	}
 	phase := p.phase(init, regular)
+	if p.resetPending && isTerminal(phase) {
+		// The exit that restarts everything is not the pod's end.
+		phase = p.pod.Status.Phase
+		if phase == "" {
+			phase = v1.PodPending
+		}
+	}
 
 	var actions []Action
-	if p.ending || isTerminal(phase) {
+	switch {
+	case p.resetPending && !p.ending:
+		actions = p.planReset()
+	case p.ending || isTerminal(phase):
 		actions = p.planStop()
-	} else {
+	default:
 		actions = p.planRun()
 	}
 	events := p.backOffEvents(init, regular)
@@ -129,6 +144,10 @@ func (p *podState) decide() {
 	}
 
 	frozen := p.term != nil || p.prevTerminal
+	p.decideRestartAll(frozen)
+	if p.resetPending {
+		return // nothing restarts on its own, nothing ends: all are removed first
+	}
 	for _, c := range p.containers {
 		if !c.sidecar && c.exited() {
 			c.restart = !frozen && wantsRestart(p.pod, c, c.rec.Current.ExitCode)
@@ -224,6 +243,14 @@ func (p *podState) podStatus(phase v1.PodPhase, init, regular []v1.ContainerStat
 	}
 	st.QOSClass = qosClass(p.pod)
 	st.Conditions = conditions(p.pod, old.Conditions, phase, init, regular, p.s.SandboxReady && !done, p.now)
+	if couldRestartAll(&p.pod.Spec) {
+		c := stamp(p.allContainersRestarting(phase), p.pod, old.Conditions, p.now)
+		if o := conditionOf(st.Conditions, c.Type); o != nil {
+			*o = c
+		} else {
+			st.Conditions = append(st.Conditions, c)
+		}
+	}
 	return st
 }
 

@@ -21,6 +21,9 @@ type container struct {
 	backOff    bool
 	backOffEnd time.Time
 	delay      time.Duration
+	// carried: the restart count a container without an instance keeps
+	// after a restart of all containers; its next start uses it.
+	carried int32
 }
 
 // containersOf lists the pod's containers: init containers then regular

@@ -142,6 +142,8 @@ func actionsString(as []Action) string {
 			out += fmt.Sprintf("start %s#%d", a.Container, a.Attempt)
 		case ActionKill:
 			out += fmt.Sprintf("kill %s(%s)", a.Container, a.Grace)
+		case ActionReset:
+			out += "reset " + a.Container
 		default:
 			out += "?" + a.Container
 		}

@@ -13,16 +13,17 @@ func wantsRestart(pod *v1.Pod, c *container, exitCode int32) bool {
 	if c.sidecar {
 		return true // sidecars restart whatever the pod's policy (§11)
 	}
-	if c.regularInit() && exitCode == 0 {
+	if c.regularInit() && exitCode == 0 && !restartsAll(c.spec, exitCode) {
 		return false // a completed init container is never run again
 	}
 	policy := podRestartPolicy(pod)
 	if c.spec.RestartPolicy != nil {
-		// KEP-5307: the container's rules, then its own policy, win over the pod's.
-		for _, r := range c.spec.RestartPolicyRules {
-			if r.Action == v1.ContainerRestartRuleActionRestart && exitCodesMatch(r.ExitCodes, exitCode) {
-				return true
-			}
+		// KEP-5307: the first matching rule, then the container's own policy,
+		// win over the pod's. RestartAllContainers (KEP-5532) restarts it too,
+		// with all the others.
+		if r := matchingRule(c.spec, exitCode); r != nil &&
+			(r.Action == v1.ContainerRestartRuleActionRestart || r.Action == v1.ContainerRestartRuleActionRestartAllContainers) {
+			return true
 		}
 		policy = v1.RestartPolicy(*c.spec.RestartPolicy)
 	}
@@ -34,6 +35,24 @@ func wantsRestart(pod *v1.Pod, c *container, exitCode int32) bool {
 	default:
 		return true
 	}
+}
+
+// matchingRule is the first of c's restartPolicyRules matching exitCode
+// (KEP-5307); nil when none does.
+func matchingRule(c *v1.Container, exitCode int32) *v1.ContainerRestartRule {
+	for i := range c.RestartPolicyRules {
+		if exitCodesMatch(c.RestartPolicyRules[i].ExitCodes, exitCode) {
+			return &c.RestartPolicyRules[i]
+		}
+	}
+	return nil
+}
+
+// restartsAll: an exit of c with exitCode restarts all the pod's containers
+// (KEP-5532).
+func restartsAll(c *v1.Container, exitCode int32) bool {
+	r := matchingRule(c, exitCode)
+	return r != nil && r.Action == v1.ContainerRestartRuleActionRestartAllContainers
 }
 
 func podRestartPolicy(pod *v1.Pod) v1.RestartPolicy {

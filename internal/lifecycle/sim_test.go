@@ -49,6 +49,8 @@ func (m *sim) step() Plan {
 			cur := *r.Current
 			cur.State, cur.ExitCode, cur.FinishedAt = StateExited, 137, m.s.Now
 			r.Current = &cur
+		case ActionReset:
+			r = ContainerRecord{}
 		}
 		m.s.Containers[a.Container] = r
 	}

@@ -58,7 +58,8 @@ func (p *podState) appendStart(actions []Action, c *container) []Action {
 		return actions
 	}
 	if cur == nil {
-		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init})
+		// After a restart of all containers, the count goes on (KEP-5532).
+		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: c.carried})
 	}
 	if c.backOff {
 		return actions // WakeAt and the event come from the status pass

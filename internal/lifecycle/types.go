@@ -133,6 +133,10 @@ const (
 	ActionStart
 	// ActionKill stops Current of Container: preStop, stop signal, SIGKILL after Grace.
 	ActionKill
+	// ActionReset stops Current of Container without preStop and with the
+	// minimum grace, then removes every instance of it, so that it starts
+	// afresh (RestartAllContainers, KEP-5532).
+	ActionReset
 )
 
 // Action is one step of a plan.

@@ -28,6 +28,7 @@ var OwnedConditions = map[v1.PodConditionType]bool{
 	v1.PodInitialized:            true,
 	v1.ContainersReady:           true,
 	v1.PodReady:                  true,
+	v1.AllContainersRestarting:   true,
 }
 
 // sharedConditions are written by the agent and by others: the agent's
