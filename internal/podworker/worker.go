@@ -44,6 +44,7 @@ type worker struct {
 	probeOf         map[string]string               // container name -> instance ID the probe state belongs to
 	probed          map[string]bool                 // instance IDs handed to the prober
 	adopted         map[string]bool                 // instance IDs found running when the worker started
+	removed         map[string]bool                 // instance IDs removed by a restart of all containers
 	unstarted       map[string]string               // instance ID -> container: found created, never started
 	backoff         map[string]lifecycle.BackOffEntry
 	termination     *lifecycle.Termination
@@ -70,7 +71,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
 		postStart: map[string]bool{}, postStartCancel: map[string]context.CancelFunc{}, messages: map[string]string{},
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
-		probed: map[string]bool{}, adopted: map[string]bool{}, unstarted: map[string]string{},
+		probed: map[string]bool{}, adopted: map[string]bool{}, removed: map[string]bool{}, unstarted: map[string]string{},
 		backoff: map[string]lifecycle.BackOffEntry{},
 		wake:    make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
 	}
@@ -138,6 +139,10 @@ func (w *worker) isActive() bool {
 // observe records a new runtime status of one of the pod's instances.
 func (w *worker) observe(st runtime.Status) {
 	w.mu.Lock()
+	if w.removed[st.ID] {
+		w.mu.Unlock()
+		return // a late event of an instance a restart of all containers removed
+	}
 	list := w.instances[st.Name]
 	if !updateInstance(list, st) {
 		list = append(list, st)
@@ -287,6 +292,8 @@ func (w *worker) sync(ctx context.Context) {
 			w.startContainer(ctx, pod, a)
 		case lifecycle.ActionKill:
 			w.killContainer(ctx, pod, a)
+		case lifecycle.ActionReset:
+			w.resetContainer(ctx, pod, a)
 		}
 	}
 	for _, e := range plan.Events {

@@ -1,0 +1,66 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// resetContainer carries out lifecycle.ActionReset (RestartAllContainers,
+// KEP-5532): the running instance is stopped without preStop and with the
+// minimum grace, as upstream kills with a zero grace period, then every
+// instance of the container is removed (logs stay until the pod goes), so
+// that the core sees a container never tried and starts it afresh.
+func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
+	w.mu.Lock()
+	list := w.instances[a.Container]
+	if len(list) == 0 || w.stopping[a.Container] {
+		w.mu.Unlock()
+		return
+	}
+	ids := make([]string, 0, len(list))
+	for _, s := range list {
+		ids = append(ids, s.ID)
+	}
+	cur := list[len(list)-1]
+	w.stopping[a.Container] = true
+	w.mu.Unlock()
+	c, _ := findContainer(pod, a.Container)
+	go func() {
+		defer w.poke()
+		sctx := context.WithoutCancel(ctx) // a reset half done would leave the pod stuck
+		rt := w.m.cfg.Runtime
+		if cur.State != runtime.StateExited {
+			w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", a.Message)
+			if err := rt.Stop(sctx, cur.ID, stopSignal(c), minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
+			}
+		}
+		for _, id := range ids {
+			if w.m.cfg.Prober != nil {
+				w.m.cfg.Prober.RemoveContainer(id)
+			}
+			if err := rt.Remove(sctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+				w.m.cfg.Log.Warn("removing container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
+			}
+		}
+		w.mu.Lock()
+		for _, id := range ids {
+			w.removed[id] = true
+			delete(w.postStart, id)
+		}
+		delete(w.instances, a.Container)
+		delete(w.waiting, a.Container)
+		delete(w.waitingSince, a.Container)
+		delete(w.backoff, a.Container)
+		delete(w.probes, a.Container)
+		delete(w.probeOf, a.Container)
+		w.stopping[a.Container] = false
+		w.mu.Unlock()
+		w.m.cfg.Log.Info("container removed to restart all containers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container)
+	}()
+}
