@@ -27,8 +27,8 @@ type crashChecker struct {
 	mu         sync.Mutex
 	violations []string
 	pods       map[types.UID]*podPromises
-	forced     map[types.UID]bool // force-deleted by the test
-	deleted    int
+	forced     map[types.UID]bool        // force-deleted by the test
+	deleted    map[types.UID]bool        // seen leaving the API
 	processes  func(uid types.UID) []int // live processes of a pod
 }
 
@@ -44,7 +44,7 @@ type podPromises struct {
 }
 
 func newCrashChecker(processes func(types.UID) []int) *crashChecker {
-	return &crashChecker{pods: map[types.UID]*podPromises{}, forced: map[types.UID]bool{}, processes: processes}
+	return &crashChecker{pods: map[types.UID]*podPromises{}, forced: map[types.UID]bool{}, deleted: map[types.UID]bool{}, processes: processes}
 }
 
 func (c *crashChecker) violate(format string, args ...any) {
@@ -128,7 +128,7 @@ func (c *crashChecker) checkExit(pod, container string, exits map[string]string,
 func (c *crashChecker) gone(pod *v1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.deleted++
+	c.deleted[pod.UID] = true
 	if c.forced[pod.UID] {
 		return
 	}
@@ -140,7 +140,7 @@ func (c *crashChecker) gone(pod *v1.Pod) {
 func (c *crashChecker) report() (violations []string, pods, deleted int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.violations...), len(c.pods), c.deleted
+	return append([]string(nil), c.violations...), len(c.pods), len(c.deleted)
 }
 
 // crashEnvVar carries the pod UID into every container of the crash test, so

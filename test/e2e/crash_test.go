@@ -51,9 +51,13 @@ func TestCrashRestarts(t *testing.T) {
 	lockDir := t.TempDir()
 
 	checker := newCrashChecker(func(uid types.UID) []int { return processesWithEnv(crashEnvVar, string(uid)) })
+	// The watch lasts the whole test, so that every pod seen is also seen
+	// leaving; the churn stops before the end.
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	watchCrashPods(watchCtx, p, ns, checker)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	watchCrashPods(ctx, p, ns, checker)
 
 	ch := &churn{t: t, p: p, ns: ns, nodes: []string{p.NodeName, a.NodeName}, lockDir: lockDir,
 		target: pods, checker: checker, rng: rand.New(rand.NewPCG(rng.Uint64(), 1))}
@@ -99,10 +103,6 @@ func TestCrashRestarts(t *testing.T) {
 	<-churnDone
 
 	// The end: every pod deleted gracefully, then nothing may be left.
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	// A watch of its own: the first may be in a back-off after the last kill.
-	watchCrashPods(ctx2, p, ns, checker)
 	if err := p.Admin.CoreV1().Pods(ns).DeleteCollection(context.Background(),
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
@@ -114,7 +114,12 @@ func TestCrashRestarts(t *testing.T) {
 		}
 		return len(list.Items) == 0, fmt.Errorf("%d pods left", len(list.Items))
 	})
-	time.Sleep(time.Second) // let the informers deliver the last deletes
+	// The watch may be in a back-off after the last kill: wait until it has
+	// seen every pod it saw leave (a relist reports those deleted meanwhile).
+	Eventually(t, 2*time.Minute, "the watch to see every pod leave", func() (bool, error) {
+		_, seen, deleted := checker.report()
+		return seen == deleted, fmt.Errorf("%d pods seen, %d seen leaving", seen, deleted)
+	})
 
 	// A deleted pod's worker removes its instances and directory right after
 	// the API let the object go.
