@@ -1,6 +1,8 @@
 package node
 
 import (
+	"sync"
+
 	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
 	ndfeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
 	"k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers"
@@ -17,7 +19,8 @@ var implementedGates = ndftypes.FeatureGateMap{
 
 // declaredFeatures is node.status.declaredFeatures (KEP-5328): upstream's
 // feature registry evaluated against the gates the agent implements, sorted
-// as the kubelet writes them.
-func declaredFeatures() []string {
+// as the kubelet writes them. It cannot change while the agent runs, so it
+// is computed once, not on every status sync.
+var declaredFeatures = sync.OnceValue(func() []string {
 	return ndf.New(ndfeatures.AllFeatures).DiscoverNodeFeatures(&ndf.NodeConfiguration{FeatureGates: implementedGates})
-}
+})

@@ -11,15 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Machine is what the node reports about the host, read fresh each time.
+// Machine is what the node reports about the host, read fresh each time:
+// its capacity. What is available is the eviction manager's to measure.
 type Machine struct {
-	CPUs            int
-	MemoryTotal     int64 // bytes
-	MemoryAvailable int64
-	DiskTotal       int64 // bytes of the filesystem holding the data dir
-	DiskAvailable   int64
-	PIDMax          int64
-	PIDsInUse       int64
+	CPUs        int
+	MemoryTotal int64 // bytes
+	DiskTotal   int64 // bytes of the filesystem holding the data dir
 }
 
 // ReadMachine reads the host's resources; dataDir selects the filesystem.
@@ -33,11 +30,9 @@ func ReadMachine(dataDir string) Machine {
 				continue
 			}
 			kb, _ := strconv.ParseInt(fields[1], 10, 64)
-			switch fields[0] {
-			case "MemTotal:":
+			if fields[0] == "MemTotal:" {
 				m.MemoryTotal = kb * 1024
-			case "MemAvailable:":
-				m.MemoryAvailable = kb * 1024
+				break
 			}
 		}
 		f.Close()
@@ -45,26 +40,8 @@ func ReadMachine(dataDir string) Machine {
 	var st unix.Statfs_t
 	if unix.Statfs(dataDir, &st) == nil {
 		m.DiskTotal = int64(st.Blocks) * st.Bsize
-		m.DiskAvailable = int64(st.Bavail) * st.Bsize
-	}
-	m.PIDMax = readInt("/proc/sys/kernel/pid_max")
-	if ents, err := os.ReadDir("/proc"); err == nil {
-		for _, e := range ents {
-			if _, err := strconv.Atoi(e.Name()); err == nil {
-				m.PIDsInUse++
-			}
-		}
 	}
 	return m
-}
-
-func readInt(path string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return n
 }
 
 func readTrimmed(path string) string {

@@ -10,7 +10,7 @@ import (
 )
 
 func healthy() Machine {
-	return Machine{CPUs: 2, MemoryTotal: 8 << 30, MemoryAvailable: 4 << 30, DiskTotal: 100 << 30, DiskAvailable: 50 << 30, PIDMax: 4194304, PIDsInUse: 300}
+	return Machine{CPUs: 2, MemoryTotal: 8 << 30, DiskTotal: 100 << 30}
 }
 
 func statusOf(conds []v1.NodeCondition, t v1.NodeConditionType) v1.NodeCondition {

@@ -108,32 +108,38 @@ func (w *worker) runInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	w.runPostStart(ctx, pod, c, id)
 }
 
-// resumeCreated starts the instances an earlier agent created but died
-// before starting: they keep their ID and attempt, so no restart is counted
-// and no second instance is made.
-func (w *worker) resumeCreated(ctx context.Context, pod *v1.Pod) {
-	type instance struct{ id, name string }
-	var due []instance
-	w.mu.Lock()
+// unstartedInstance is an instance an earlier agent created but died
+// before starting.
+type unstartedInstance struct{ id, name string }
+
+// takeUnstartedLocked claims, for a start, the instances an earlier agent
+// created but never started that are still their container's newest: they
+// keep their ID and attempt, so no restart is counted and no second
+// instance is made. Call with w.mu held; startUnstarted starts them.
+func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
+	var due []unstartedInstance
 	for id, name := range w.unstarted {
 		delete(w.unstarted, id)
 		list := w.instances[name]
 		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.starting[name] {
 			continue
 		}
-		w.starting[name] = true
-		if c, ok := findContainer(pod, name); ok && c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
-			w.postStart[id] = true
-		}
-		due = append(due, instance{id, name})
-	}
-	w.mu.Unlock()
-	for _, in := range due {
-		c, ok := findContainer(pod, in.name)
+		c, ok := findContainer(pod, name)
 		if !ok {
-			w.clearStarting(in.name)
 			continue
 		}
+		w.starting[name] = true
+		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+			w.postStart[id] = true
+		}
+		due = append(due, unstartedInstance{id, name})
+	}
+	return due
+}
+
+func (w *worker) startUnstarted(ctx context.Context, pod *v1.Pod, due []unstartedInstance) {
+	for _, in := range due {
+		c, _ := findContainer(pod, in.name)
 		w.m.cfg.Log.Info("starting a container an earlier agent created", "pod", pod.Namespace+"/"+pod.Name, "container", in.name, "id", in.id)
 		go func() {
 			defer w.poke()

@@ -151,31 +151,19 @@ func (m *Manager) routeEvents(ctx context.Context) {
 
 // updateInstance replaces the entry of st.ID in list with st, unless that
 // would take it back to an earlier state; it reports whether list has st.ID.
+// Two readers of the runtime (the starter and the event router) may deliver
+// their reads out of order: the later state (runtime.State is declared in
+// lifecycle order) always wins.
 func updateInstance(list []runtime.Status, st runtime.Status) bool {
 	for i := range list {
 		if list[i].ID == st.ID {
-			if stateRank(st.State) >= stateRank(list[i].State) {
+			if st.State >= list[i].State {
 				list[i] = st
 			}
 			return true
 		}
 	}
 	return false
-}
-
-// stateRank orders an instance's states: created, running, exited. Two
-// readers of the runtime (the starter and the event router) may deliver
-// their reads out of order; the later state always wins.
-func stateRank(s runtime.State) int {
-	switch s {
-	case runtime.StateCreated:
-		return 1
-	case runtime.StateRunning:
-		return 2
-	case runtime.StateExited:
-		return 3
-	}
-	return 0
 }
 
 // UpdatePod is called for every add or update of a pod bound to this node.

@@ -40,14 +40,7 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
 			}
 		}
-		for _, id := range ids {
-			if w.m.cfg.Prober != nil {
-				w.m.cfg.Prober.RemoveContainer(id)
-			}
-			if err := rt.Remove(sctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-				w.m.cfg.Log.Warn("removing container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
-			}
-		}
+		w.removeInstances(sctx, pod, ids)
 		w.mu.Lock()
 		for _, id := range ids {
 			w.removed[id] = true

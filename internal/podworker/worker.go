@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -261,7 +262,10 @@ func (w *worker) sync(ctx context.Context) {
 			w.shortenStopsLocked(pod, g)
 		}
 	}
-	resume := len(w.unstarted) > 0 && w.termination == nil
+	var unstarted []unstartedInstance
+	if w.termination == nil {
+		unstarted = w.takeUnstartedLocked(pod)
+	}
 	if w.termination != nil {
 		for _, cancel := range w.postStartCancel {
 			cancel()
@@ -270,12 +274,7 @@ func (w *worker) sync(ctx context.Context) {
 	probeChanges := w.probeChangesLocked(pod)
 	snap := w.snapshotLocked(now)
 	w.mu.Unlock()
-	if resume {
-		w.resumeCreated(ctx, pod)
-		w.mu.Lock()
-		snap = w.snapshotLocked(now)
-		w.mu.Unlock()
-	}
+	w.startUnstarted(ctx, pod, unstarted)
 	w.applyProbeChanges(pod, probeChanges, w.termination != nil)
 
 	plan := lifecycle.Compute(snap)
@@ -336,16 +335,25 @@ func (w *worker) finish(ctx context.Context) {
 		w.timer.Stop()
 	}
 	w.finished = true
+	pod := w.pod
 	w.mu.Unlock()
+	w.removeInstances(ctx, pod, ids)
+	w.teardownVolumes()
+	_ = os.RemoveAll(w.podDir())
+	w.m.removeWorker(w.uid)
+}
+
+// removeInstances forgets the instances in the prober and removes them from
+// the runtime (their logs stay with the pod directory).
+func (w *worker) removeInstances(ctx context.Context, pod *v1.Pod, ids []string) {
 	for _, id := range ids {
 		if w.m.cfg.Prober != nil {
 			w.m.cfg.Prober.RemoveContainer(id)
 		}
-		_ = w.m.cfg.Runtime.Remove(ctx, id)
+		if err := w.m.cfg.Runtime.Remove(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			w.m.cfg.Log.Warn("removing container", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
+		}
 	}
-	w.teardownVolumes()
-	_ = os.RemoveAll(w.podDir())
-	w.m.removeWorker(w.uid)
 }
 
 // syncHook lets tests inject a panic into sync.

@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// State of a container instance. The zero value means unknown.
+// State of a container instance. The zero value means unknown; the others
+// are declared in the order an instance goes through them (callers compare).
 type State int
 
 const (
