@@ -37,6 +37,8 @@ func main() {
 		kubectl(args) // exits
 	case shimCommand:
 		shim(args) // exits
+	case containerdCommand:
+		runContainerd(args) // exits
 	case "version", "--version":
 		versionCmd()
 	case "-h", "--help", "help":
