@@ -1,15 +1,19 @@
 package containerd
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
 	"io/fs"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -193,10 +197,22 @@ func TestImportArchivesInEveryFormat(t *testing.T) {
 }
 
 // The end-to-end proof: an imported image runs in a pod sandbox with its
-// own network, writes its log in the CRI format and exits with its code.
+// own network, writes its log in the CRI format and exits with its code —
+// on overlayfs, and on native, the fallback where overlay cannot mount.
 func TestContainerFromImportedImageRunsAndExits(t *testing.T) {
 	needRoot(t)
-	n := startTest(t)
+	for _, snapshotter := range []string{"overlayfs", "native"} {
+		t.Run(snapshotter, func(t *testing.T) {
+			n := startTest(t, func(o *Options) { o.Snapshotter = snapshotter })
+			if n.p.Snapshotter() != snapshotter {
+				t.Fatalf("snapshotter %s, want %s", n.p.Snapshotter(), snapshotter)
+			}
+			runExit3(t, n)
+		})
+	}
+}
+
+func runExit3(t *testing.T, n *testNode) {
 	ctx := context.Background()
 	importBusybox(t, n)
 	rs := criRuntime(t, n.p)
@@ -319,11 +335,21 @@ func TestStartNamesTheMissingPiece(t *testing.T) {
 
 func importBusybox(t *testing.T, n *testNode) {
 	t.Helper()
+	importBusyboxAt(t, n.o.DataDir)
+}
+
+func importBusyboxAt(t *testing.T, dataDir string) {
+	t.Helper()
 	var b bytes.Buffer
 	if err := imagetar.WriteOCI(&b, busyboxImage(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := connect(t, n).Import(context.Background(), &b); err != nil {
+	c, err := Connect(context.Background(), dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Import(context.Background(), &b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -358,5 +384,63 @@ func waitContainer(t *testing.T, rs criapi.RuntimeService, id string, state runt
 			t.Fatalf("container %s is %v, want %v", id, st.Status.State, state)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// podvisor killed (a crash, kill -9) takes its containerd with it
+// (Pdeathsig) but not the containers: the next podvisor's containerd
+// re-adopts them.
+func TestContainersOutliveAKilledPodvisor(t *testing.T) {
+	needRoot(t)
+	o := testOptions(t, t.TempDir())
+	podvisor := exec.Command(o.Executable, "podvisor", o.DataDir, o.Shim, o.Pause)
+	out, err := podvisor.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := podvisor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := &testNode{t: t, o: o}
+	t.Cleanup(n.cleanUp)
+	defer podvisor.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	var containerdPid int
+	if _, serr := fmt.Sscanf(line, "ready %d", &containerdPid); err != nil || serr != nil {
+		t.Fatalf("podvisor: %q, %v", line, err)
+	}
+	paths, _ := PathsFor(o.DataDir)
+	rs, err := criclient.NewRemoteRuntimeService(context.Background(), paths.Endpoint(), 30*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close(context.Background())
+	importBusyboxAt(t, o.DataDir)
+	pod, podCfg := runPod(t, rs, "crash")
+	id, err := rs.CreateContainer(context.Background(), pod, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "sleeper"},
+		Image:    &runtimeapi.ImageSpec{Image: busyboxRef},
+		Command:  []string{"sleep", "1000"},
+	}, podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.StartContainer(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	before := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_RUNNING)
+
+	podvisor.Process.Signal(syscall.SIGKILL)
+	podvisor.Wait()
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(containerdPid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd (pid %d) outlived its podvisor", containerdPid)
+		}
+	}
+
+	n.start()
+	after := waitContainer(t, criRuntime(t, n.p), id, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	if after.StartedAt != before.StartedAt {
+		t.Errorf("started at %d, then %d: the container was restarted", before.StartedAt, after.StartedAt)
 	}
 }

@@ -14,12 +14,27 @@ import (
 
 // The test binary is also the containerd: Start runs it as
 // `TESTBINARY containerd --config FILE`, as it runs `podvisor containerd`.
+//
+// As `TESTBINARY podvisor DATA_DIR SHIM PAUSE` it plays podvisor: it starts
+// a containerd, prints "ready PID" and waits to be killed.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "containerd" {
 		os.Exit(Main(os.Args[2:]))
 	}
+	if len(os.Args) == 5 && os.Args[1] == "podvisor" {
+		o := Options{DataDir: os.Args[2], Shim: os.Args[3], Pause: os.Args[4], PodCIDR: testPodCIDR}
+		p, err := Start(context.Background(), o)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("ready", p.Pid())
+		select {}
+	}
 	os.Exit(m.Run())
 }
+
+var testPodCIDR = netip.MustParsePrefix("10.213.77.0/24")
 
 // needRoot skips a test that needs a real containerd where it cannot run.
 func needRoot(t *testing.T) {
@@ -72,7 +87,7 @@ func testOptions(t *testing.T, dataDir string) Options {
 		Executable: exe,
 		Shim:       shim,
 		Pause:      pause,
-		PodCIDR:    netip.MustParsePrefix("10.213.77.0/24"),
+		PodCIDR:    testPodCIDR,
 		Timeout:    2 * time.Minute, // a loaded 2-core machine
 	}
 }
@@ -87,9 +102,12 @@ type testNode struct {
 
 // startTest starts a containerd for the test and removes, at its end, every
 // pod it left, the containerd, its state directory and its bridge.
-func startTest(t *testing.T) *testNode {
+func startTest(t *testing.T, set ...func(*Options)) *testNode {
 	t.Helper()
 	n := &testNode{t: t, o: testOptions(t, t.TempDir())}
+	for _, f := range set {
+		f(&n.o)
+	}
 	t.Cleanup(n.cleanUp)
 	n.start()
 	return n
@@ -116,12 +134,20 @@ func (n *testNode) stop() {
 }
 
 func (n *testNode) cleanUp() {
+	paths, _ := PathsFor(n.o.DataDir)
 	if n.p == nil {
-		return
+		if _, err := os.Stat(paths.State); err != nil {
+			return // never started
+		}
+		// Started by another process: give its containerd time to die.
+		for deadline := time.Now().Add(10 * time.Second); serving(paths.Socket) && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		n.start() // the pods it left must go
 	}
 	select {
 	case <-n.p.Done():
-		n.start() // the pods it left must go
+		n.start()
 	default:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
