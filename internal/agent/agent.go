@@ -107,8 +107,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	hostIP := "127.0.0.1"
+	if cfg.HostIP != nil {
+		hostIP = cfg.HostIP.String()
+	}
 	agentDir := filepath.Join(cfg.DataDir, "agent")
-	a.runtime, err = process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log})
+	a.runtime, err = process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log, HostIPs: []string{hostIP}})
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +128,6 @@ func New(cfg Config) (*Agent, error) {
 		return source.Get(uid)
 	}, cfg.Log)
 
-	hostIP := "127.0.0.1"
-	if cfg.HostIP != nil {
-		hostIP = cfg.HostIP.String()
-	}
 	lc := lifecycle.DefaultConfig()
 	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
 	var workers *podworker.Manager

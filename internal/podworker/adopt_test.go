@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,11 +45,11 @@ func (c *countingRuntime) Start(ctx context.Context, id string) error {
 	return c.fakeRuntime.Start(ctx, id)
 }
 
-func (c *countingRuntime) Stop(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) error {
+func (c *countingRuntime) Stop(ctx context.Context, id string, grace time.Duration) error {
 	c.mu.Lock()
 	c.stopped = append(c.stopped, id)
 	c.mu.Unlock()
-	return c.fakeRuntime.Stop(ctx, id, sig, grace)
+	return c.fakeRuntime.Stop(ctx, id, grace)
 }
 
 func (c *countingRuntime) Remove(ctx context.Context, id string) error {

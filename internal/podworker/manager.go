@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -258,7 +257,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		for _, s := range list {
 			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
 				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "pod", s.PodNamespace+"/"+s.PodName, "container", s.Name)
-				_ = m.cfg.Runtime.Stop(ctx, s.ID, syscall.SIGKILL, 0)
+				_ = m.cfg.Runtime.Stop(ctx, s.ID, 0)
 			}
 			_ = m.cfg.Runtime.Remove(ctx, s.ID)
 		}

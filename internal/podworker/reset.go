@@ -29,14 +29,13 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 	cur := list[len(list)-1]
 	w.stopping[a.Container] = true
 	w.mu.Unlock()
-	c, _ := findContainer(pod, a.Container)
 	go func() {
 		defer w.poke()
 		sctx := context.WithoutCancel(ctx) // a reset half done would leave the pod stuck
 		rt := w.m.cfg.Runtime
 		if cur.State != runtime.StateExited {
 			w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", a.Message)
-			if err := rt.Stop(sctx, cur.ID, stopSignal(c), minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			if err := rt.Stop(sctx, cur.ID, minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
 			}
 		}

@@ -29,7 +29,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if c.Stdin || c.TTY {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported by the process runtime", c.Name)}
 	}
-	features := runtimeFeatures(w.m.cfg.Runtime)
+	features := w.m.cfg.Runtime.Features()
 	user, err := containerUser(pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -75,6 +75,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
 		Name: c.Name, Attempt: attempt, Command: cmd, Env: env,
+		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
 		Mounts:                 mounts,
@@ -84,14 +85,6 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		spec.Resources = containerResources(c)
 	}
 	return spec, nil
-}
-
-// runtimeFeatures is what rt honours; a runtime that does not say honours all.
-func runtimeFeatures(rt runtime.Runtime) runtime.Features {
-	if fr, ok := rt.(runtime.FeatureReporter); ok {
-		return fr.Features()
-	}
-	return runtime.Features{Mounts: true, Limits: true, Users: true}
 }
 
 // containerResources maps limits and requests to cgroup values as the

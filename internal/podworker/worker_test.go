@@ -5,7 +5,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,14 +20,72 @@ import (
 
 // fakeRuntime runs nothing: Start makes an instance running at once.
 type fakeRuntime struct {
-	mu     sync.Mutex
-	next   int
-	byID   map[string]runtime.Status
-	events chan runtime.Event
+	mu        sync.Mutex
+	next      int
+	byID      map[string]runtime.Status
+	sandboxes map[string]runtime.SandboxStatus
+	events    chan runtime.Event
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{byID: map[string]runtime.Status{}, events: make(chan runtime.Event, 100)}
+	return &fakeRuntime{byID: map[string]runtime.Status{}, sandboxes: map[string]runtime.SandboxStatus{}, events: make(chan runtime.Event, 100)}
+}
+
+func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
+	return runtime.Info{Name: "podvisor", Version: "fake"}, nil
+}
+
+func (f *fakeRuntime) Features() runtime.Features {
+	return runtime.Features{Mounts: true, Limits: true, Users: true}
+}
+
+func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next++
+	id := "sandbox-" + string(rune('a'+f.next))
+	f.sandboxes[id] = runtime.SandboxStatus{ID: id, PodUID: s.PodUID, PodNamespace: s.PodNamespace, PodName: s.PodName,
+		Attempt: s.Attempt, State: runtime.SandboxReady, CreatedAt: time.Now(), IPs: []string{"127.0.0.1"}, HostNetwork: true}
+	return id, nil
+}
+
+func (f *fakeRuntime) StopSandbox(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return runtime.ErrNotFound
+	}
+	sb.State = runtime.SandboxNotReady
+	f.sandboxes[id] = sb
+	return nil
+}
+
+func (f *fakeRuntime) RemoveSandbox(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sandboxes, id)
+	return nil
+}
+
+func (f *fakeRuntime) SandboxStatus(_ context.Context, id string) (runtime.SandboxStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return sb, runtime.ErrNotFound
+	}
+	return sb, nil
+}
+
+func (f *fakeRuntime) ListSandboxes(context.Context) ([]runtime.SandboxStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]runtime.SandboxStatus, 0, len(f.sandboxes))
+	for _, sb := range f.sandboxes {
+		out = append(out, sb)
+	}
+	return out, nil
 }
 
 func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string, error) {
@@ -36,7 +93,7 @@ func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string
 	defer f.mu.Unlock()
 	f.next++
 	id := s.Name + "-" + string(rune('a'+f.next))
-	f.byID[id] = runtime.Status{ID: id, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
+	f.byID[id] = runtime.Status{ID: id, SandboxID: s.SandboxID, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
 	return id, nil
 }
 
@@ -49,7 +106,7 @@ func (f *fakeRuntime) Start(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeRuntime) Stop(_ context.Context, id string, _ syscall.Signal, _ time.Duration) error {
+func (f *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := f.byID[id]

@@ -33,7 +33,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, std
 		return -1, err
 	}
 	if len(cmd) == 0 {
-		return -1, fmt.Errorf("exec in container %s: no command: %w", id, ErrInvalid)
+		return -1, fmt.Errorf("exec in container %s: no command: %w", id, runtime.ErrInvalid)
 	}
 	cfg, err := d.readConfig()
 	if err != nil {
@@ -44,7 +44,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, std
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
 	if st.state() != runtime.StateRunning {
-		return -1, fmt.Errorf("exec in container %s: it is %s: %w", id, st.state(), ErrConflict)
+		return -1, fmt.Errorf("exec in container %s: it is %s: %w", id, st.state(), runtime.ErrConflict)
 	}
 	env := containerEnv(cfg)
 	cwd := workingDir(d, cfg)
