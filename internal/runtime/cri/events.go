@@ -98,7 +98,7 @@ func (r *Runtime) streamEvents() {
 	}()
 	for {
 		err := r.rs.GetContainerEvents(quiet(r.ctx), ch, func(runtimeapi.RuntimeService_GetContainerEventsClient) {
-			r.log.Info("following container events", "relistPeriod", r.cfg.RelistPeriod)
+			r.log.Debug("container event stream open")
 			r.relistNow() // what happened while the stream was down
 		})
 		if r.ctx.Err() != nil {

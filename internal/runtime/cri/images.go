@@ -32,15 +32,16 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, auth *runtime.Regis
 			ServerAddress: auth.ServerAddress, IdentityToken: auth.IdentityToken, RegistryToken: auth.RegistryToken,
 		}
 	}
-	ref, err := r.is.PullImage(quiet(ctx), &runtimeapi.ImageSpec{Image: ref}, a, nil)
+	pulled, err := r.is.PullImage(quiet(ctx), &runtimeapi.ImageSpec{Image: ref}, a, nil)
 	if err != nil {
 		return "", classify(err, "pull image %s", ref)
 	}
-	// The runtime answers with the image's reference (containerd: its ID).
-	if img, ok, err := r.ImageStatus(ctx, ref); err == nil && ok {
+	// The runtime answers with a reference to the image (containerd: its
+	// ID; CRI-O: a digest of the repository).
+	if img, ok, err := r.ImageStatus(ctx, pulled); err == nil && ok {
 		return img.ID, nil
 	}
-	return ref, nil
+	return pulled, nil
 }
 
 func (r *Runtime) ListImages(ctx context.Context) ([]runtime.Image, error) {

@@ -1,0 +1,280 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/pause"
+)
+
+// A private containerd for the integration tests: its own root, state,
+// socket, CNI config and bridge; never the system's /run/containerd. One
+// is started for the package run (lazily, by the first test that needs it)
+// and stopped by TestMain.
+type testContainerd struct {
+	dir      string
+	sock     string
+	endpoint string
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	podCIDR  netip.Prefix
+	err      error // why there is none: the tests skip with it
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *testContainerd
+)
+
+const (
+	testBridge    = "pvcritest0"
+	testPodCIDR   = "10.213.7.0/24"
+	busyboxImage  = "docker.io/library/busybox:latest"
+	containerdBin = "containerd"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.stop()
+	}
+	os.Exit(code)
+}
+
+// needContainerd returns the shared containerd, or skips the test with the
+// reason there is none.
+func needContainerd(t *testing.T) *testContainerd {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: not with -short")
+	}
+	sharedOnce.Do(func() { shared = startContainerd() })
+	if shared.err != nil {
+		t.Skipf("no containerd for the integration tests: %v", shared.err)
+	}
+	return shared
+}
+
+func startContainerd() *testContainerd {
+	c := &testContainerd{podCIDR: netip.MustParsePrefix(testPodCIDR)}
+	if os.Geteuid() != 0 {
+		c.err = fmt.Errorf("not root")
+		return c
+	}
+	for _, bin := range []string{containerdBin, "ctr", "runc", "/usr/lib/cni/bridge"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			c.err = fmt.Errorf("%s not installed (apt-get install containerd runc containernetworking-plugins): %w", bin, err)
+			return c
+		}
+	}
+	dir, err := os.MkdirTemp("", "pvcri")
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.dir = dir
+	c.sock = filepath.Join(dir, "c.sock") // a unix socket path has at most 108 bytes
+	c.endpoint = "unix://" + c.sock
+	if err := c.writeConfig(); err != nil {
+		c.err = err
+		return c
+	}
+	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		c.err = err
+		return c
+	}
+	c.cmd = exec.Command(containerdBin, "--config", filepath.Join(dir, "config.toml"))
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		c.err = err
+		return c
+	}
+	c.exited = make(chan struct{})
+	go func() { c.cmd.Wait(); logf.Close(); close(c.exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(c.sock); err == nil {
+			break
+		}
+		select {
+		case <-c.exited:
+			c.err = fmt.Errorf("containerd exited: %s", tail(filepath.Join(dir, "containerd.log")))
+			return c
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.err = fmt.Errorf("containerd did not listen within 30s: %s", tail(filepath.Join(dir, "containerd.log")))
+			return c
+		}
+	}
+	if err := c.importImages(); err != nil {
+		c.err = err
+	}
+	return c
+}
+
+func (c *testContainerd) writeConfig() error {
+	cni := filepath.Join(c.dir, "cni")
+	if err := os.MkdirAll(cni, 0o755); err != nil {
+		return err
+	}
+	conflist := fmt.Sprintf(`{
+  "cniVersion": "0.4.0",
+  "name": "podvisor-cri-test",
+  "plugins": [
+    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}},
+    {"type": "loopback"}
+  ]
+}
+`, testBridge, filepath.Join(c.dir, "ipam"), c.podCIDR.String())
+	if err := os.WriteFile(filepath.Join(cni, "10-podvisor.conflist"), []byte(conflist), 0o644); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`version = 2
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = %[7]q
+`, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc",
+		filepath.Join(c.dir, "opt"), pause.ImageName, cni)
+	return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(cfg), 0o644)
+}
+
+// importImages imports the pause image and a busybox image, both built
+// offline, into CRI's namespace.
+func (c *testContainerd) importImages() error {
+	p, err := pause.Image()
+	if err != nil {
+		return err
+	}
+	bb, err := busybox()
+	if err != nil {
+		return err
+	}
+	for _, im := range []imagebuild.Image{p, bb} {
+		tarPath := filepath.Join(c.dir, "image.tar")
+		if err := im.WriteArchiveFile(tarPath, imagebuild.Docker); err != nil {
+			return err
+		}
+		out, err := exec.Command("ctr", "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ctr images import %s: %v: %s", im.Names[0], err, out)
+		}
+	}
+	return nil
+}
+
+// busybox is Debian's static busybox with the applets the tests use.
+func busybox() (imagebuild.Image, error) {
+	bin, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return imagebuild.Image{}, fmt.Errorf("busybox-static is not installed: %w", err)
+	}
+	files := []imagebuild.File{
+		imagebuild.Regular("/bin/busybox", 0o755, bin),
+		imagebuild.Dir("/tmp", fs.ModeSticky|0o777),
+		imagebuild.Dir("/etc", 0o755),
+		imagebuild.Regular("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")),
+		imagebuild.Regular("/etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")),
+	}
+	for _, applet := range []string{"sh", "sleep", "echo", "cat", "kill", "true", "false", "id", "head", "tail", "dd", "ls", "env", "nc", "httpd", "printf", "pwd"} {
+		files = append(files, imagebuild.Symlink("/bin/"+applet, "busybox"))
+	}
+	return imagebuild.Image{
+		Names:  []string{busyboxImage},
+		Config: imagebuild.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
+		Files:  files,
+	}, nil
+}
+
+// stop removes every sandbox (so no container outlives the test run),
+// stops containerd, and removes what it left.
+func (c *testContainerd) stop() {
+	if c.cmd == nil || c.cmd.Process == nil {
+		c.cleanDir()
+		return
+	}
+	if c.err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if r, err := New(ctx, Config{Endpoint: c.endpoint, StateDir: filepath.Join(c.dir, "agent")}); err == nil {
+			list, _ := r.rs.ListPodSandbox(quiet(ctx), nil)
+			for _, s := range list {
+				r.rs.StopPodSandbox(quiet(ctx), s.Id)
+				r.rs.RemovePodSandbox(quiet(ctx), s.Id)
+			}
+			r.Close()
+		}
+		cancel()
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+	exec.Command("ip", "link", "del", testBridge).Run()
+	c.cleanDir()
+}
+
+// cleanDir unmounts what containerd left mounted under its directory, then
+// removes it.
+func (c *testContainerd) cleanDir() {
+	if c.dir == "" {
+		return
+	}
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	slices.Sort(mounts)
+	for _, m := range slices.Backward(mounts) {
+		syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	os.RemoveAll(c.dir)
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
