@@ -121,6 +121,15 @@ func status(t *testing.T, rt runtime.Runtime, id string) runtime.Status {
 	return st
 }
 
+// stop stops id and returns its status, which Stop has recorded by then.
+func stop(t *testing.T, rt runtime.Runtime, id string, grace time.Duration) runtime.Status {
+	t.Helper()
+	if err := rt.Stop(ctx(t), id, grace); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	return status(t, rt, id)
+}
+
 // waitState waits, through events, until id is in state (or past it);
 // events of other containers are skipped.
 func waitState(t *testing.T, rt runtime.Runtime, id string, state runtime.State) runtime.Status {
@@ -366,10 +375,7 @@ func testStopZeroGrace(t *testing.T, h Harness) {
 	spec := p.spec(h, "c", `trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
 	id := run(t, rt, spec)
 	waitLog(t, spec.LogPath, "ready")
-	if err := rt.Stop(ctx(t), id, 0); err != nil {
-		t.Fatal(err)
-	}
-	if st := status(t, rt, id); st.State != runtime.StateExited || st.ExitCode != 137 {
+	if st := stop(t, rt, id, 0); st.State != runtime.StateExited || st.ExitCode != 137 {
 		t.Errorf("%s exit %d, want exited 137: grace 0 kills without the stop signal", st.State, st.ExitCode)
 	}
 }
@@ -381,10 +387,7 @@ func testStopSignal(t *testing.T, h Harness) {
 	spec.StopSignal = syscall.SIGUSR1
 	id := run(t, rt, spec)
 	waitLog(t, spec.LogPath, "ready")
-	if err := rt.Stop(ctx(t), id, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if st := status(t, rt, id); st.ExitCode != 7 {
+	if st := stop(t, rt, id, time.Minute); st.ExitCode != 7 {
 		t.Errorf("exit %d, want 7: the spec's stop signal (SIGUSR1) first", st.ExitCode)
 	}
 }
@@ -471,10 +474,7 @@ func testReadoptRunning(t *testing.T, h Harness) {
 	if err != nil || !containsSandbox(sbs, p.sandbox) {
 		t.Errorf("sandbox %s not listed after restart (%v)", p.sandbox, err)
 	}
-	if err := rt.Stop(ctx(t), id, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if st := status(t, rt, id); st.State != runtime.StateExited || st.ExitCode != 0 {
+	if st := stop(t, rt, id, time.Minute); st.State != runtime.StateExited || st.ExitCode != 0 {
 		t.Errorf("%s exit %d after stop by the new runtime", st.State, st.ExitCode)
 	}
 }
