@@ -60,7 +60,7 @@ type Agent struct {
 	eventClient kubernetes.Interface
 	node        *node.Manager
 	api         *agentapi.Server
-	runtime     *process.Runtime
+	runtime     runtime.Runtime
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager

@@ -405,6 +405,9 @@ func testExec(t *testing.T, h Harness) {
 	if out.String() != "hi\n" || errOut.String() != "oops\n" {
 		t.Errorf("stdout %q stderr %q", out.String(), errOut.String())
 	}
+	if _, err := rt.Usage(ctx(t), id); err != nil {
+		t.Errorf("Usage of a running container: %v", err)
+	}
 	if err := rt.Stop(ctx(t), id, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -545,6 +548,9 @@ func testNotFound(t *testing.T, h Harness) {
 		}
 		if _, err := rt.Exec(ctx(t), gone, []string{"true"}, nil, nil, time.Second); !runtime.IsNotFound(err) {
 			t.Errorf("Exec(%s): %v", gone, err)
+		}
+		if _, err := rt.Usage(ctx(t), gone); !runtime.IsNotFound(err) {
+			t.Errorf("Usage(%s): %v", gone, err)
 		}
 	}
 	if _, err := rt.SandboxStatus(ctx(t), strings.Repeat("0", len(p.sandbox))); !runtime.IsNotFound(err) {
