@@ -161,7 +161,9 @@ func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writ
 
 func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
 
-func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) { return runtime.Usage{}, nil }
+func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) {
+	return runtime.Usage{}, nil
+}
 
 // statusLog keeps the newest status written per pod.
 type statusLog struct {
