@@ -6,7 +6,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,6 +35,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podsource"
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
+	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
@@ -60,7 +60,7 @@ type Agent struct {
 	eventClient kubernetes.Interface
 	node        *node.Manager
 	api         *agentapi.Server
-	runtime     *process.Runtime
+	runtime     runtime.Runtime
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
@@ -284,7 +284,7 @@ func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 func (a *Agent) exec(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, error) {
 	out := &limitedBuffer{max: 10 << 10}
 	code, err := a.runtime.Exec(ctx, id, cmd, out, out, timeout)
-	if errors.Is(err, process.ErrExecTimeout) {
+	if runtime.IsTimeout(err) && ctx.Err() == nil {
 		err = fmt.Errorf("%w: %w", probe.ErrTimeout, err)
 	}
 	return out.Bytes(), code, err

@@ -81,16 +81,8 @@ func newAdoptionManager(t *testing.T, rt runtime.Runtime, objects ...k8sruntime.
 	t.Helper()
 	client := fake.NewClientset(objects...)
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
 		Recorder: record.NewFakeRecorder(1000), Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return m, statuses, client
 }
 
@@ -260,7 +252,7 @@ func TestCreatedInstanceOfAnEarlierAgentIsStartedNotReplaced(t *testing.T) {
 // must never take an instance back from exited to running.
 func TestObserveNeverGoesBackInState(t *testing.T) {
 	pod := testPod("order")
-	w := newWorker(&Manager{}, pod, nil)
+	w := newWorker(&Manager{}, pod, nil, nil)
 	exited := adoptedInstance(pod, "o-1", 0, runtime.StateExited)
 	running := adoptedInstance(pod, "o-1", 0, runtime.StateRunning)
 	w.observe(exited)

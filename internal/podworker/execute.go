@@ -181,7 +181,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	if exited {
 		cancel() // already gone or terminating: the hook has nothing to wait for
 	}
-	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PostStart, 0)
+	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.podIP(), c.Lifecycle.PostStart, 0)
 	if err == nil {
 		return
 	}
@@ -255,7 +255,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel
 		w.mu.Unlock()
-		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PreStop, budget)
+		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.podIP(), c.Lifecycle.PreStop, budget)
 		w.mu.Lock()
 		delete(w.preStopCancel, id)
 		w.mu.Unlock()

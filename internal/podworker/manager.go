@@ -74,7 +74,11 @@ type Manager struct {
 	// orphans holds re-adopted instances by pod UID until a worker claims
 	// them or the API confirms their pod is gone.
 	orphans map[types.UID][]runtime.Status
-	vols    *volumeManager
+	// orphanSandboxes, likewise, for re-adopted sandboxes.
+	orphanSandboxes map[types.UID][]runtime.SandboxStatus
+	// runtimeName is the scheme of container IDs in pod status.
+	runtimeName string
+	vols        *volumeManager
 	// extraAdmit, when set, may reject a new pod after the node's checks.
 	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
@@ -96,7 +100,8 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HostIP == "" {
 		cfg.HostIP = "127.0.0.1"
 	}
-	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID][]runtime.Status{}}
+	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID][]runtime.Status{},
+		orphanSandboxes: map[types.UID][]runtime.SandboxStatus{}, runtimeName: "podvisor"}
 	m.vols = newVolumeManager(m)
 	return m, nil
 }
@@ -106,11 +111,24 @@ func New(cfg Config) (*Manager, error) {
 // existing instances are indexed.
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
+	info, err := m.cfg.Runtime.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	m.runtimeName = info.Name
+	sandboxes, err := m.cfg.Runtime.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
 	list, err := m.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
 	m.mu.Lock()
+	for _, sb := range sandboxes {
+		uid := types.UID(sb.PodUID)
+		m.orphanSandboxes[uid] = append(m.orphanSandboxes[uid], sb)
+	}
 	for _, s := range list {
 		uid := types.UID(s.PodUID)
 		m.orphans[uid] = append(m.orphans[uid], s)
@@ -180,8 +198,9 @@ func (m *Manager) ensureWorker(pod *v1.Pod) (w *worker, created bool) {
 	if w := m.workers[pod.UID]; w != nil {
 		return w, false
 	}
-	w = newWorker(m, pod, m.orphans[pod.UID])
+	w = newWorker(m, pod, m.orphans[pod.UID], m.orphanSandboxes[pod.UID])
 	delete(m.orphans, pod.UID)
+	delete(m.orphanSandboxes, pod.UID)
 	m.workers[pod.UID] = w
 	go w.run(m.ctx)
 	return w, true
@@ -226,9 +245,12 @@ func (m *Manager) worker(uid types.UID) *worker {
 // next call. It returns how many pods are still unresolved.
 func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	m.mu.Lock()
-	candidates := make(map[types.UID][]runtime.Status, len(m.orphans))
-	for uid, list := range m.orphans {
-		candidates[uid] = list
+	candidates := make(map[types.UID]bool, len(m.orphans)+len(m.orphanSandboxes))
+	for uid := range m.orphans {
+		candidates[uid] = true
+	}
+	for uid := range m.orphanSandboxes {
+		candidates[uid] = true
 	}
 	m.mu.Unlock()
 	if len(candidates) == 0 {
@@ -249,9 +271,11 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		// meanwhile would have claimed them; the API says none will be.
 		m.mu.Lock()
 		list, ok := m.orphans[uid]
+		sandboxes, sbOK := m.orphanSandboxes[uid]
 		delete(m.orphans, uid)
+		delete(m.orphanSandboxes, uid)
 		m.mu.Unlock()
-		if !ok {
+		if !ok && !sbOK {
 			continue
 		}
 		for _, s := range list {
@@ -260,6 +284,9 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 				_ = m.cfg.Runtime.Stop(ctx, s.ID, 0)
 			}
 			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+		}
+		for _, sb := range sandboxes {
+			_ = m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
 		}
 	}
 	m.removeUnknownPodDirs()
@@ -282,6 +309,11 @@ func (m *Manager) removeUnknownPodDirs() {
 		known[string(uid)] = true
 		for _, s := range list {
 			known[podDirNameOf(s.PodNamespace, s.PodName, uid)] = true
+		}
+	}
+	for uid, list := range m.orphanSandboxes {
+		for _, sb := range list {
+			known[podDirNameOf(sb.PodNamespace, sb.PodName, uid)] = true
 		}
 	}
 	m.mu.Unlock()

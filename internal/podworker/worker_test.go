@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -25,6 +26,10 @@ type fakeRuntime struct {
 	byID      map[string]runtime.Status
 	sandboxes map[string]runtime.SandboxStatus
 	events    chan runtime.Event
+	// sandboxIP is every sandbox's IP (default 127.0.0.1); sandboxFailures
+	// RunSandbox calls fail first.
+	sandboxIP       string
+	sandboxFailures int
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -42,10 +47,18 @@ func (f *fakeRuntime) Features() runtime.Features {
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.sandboxFailures > 0 {
+		f.sandboxFailures--
+		return "", fmt.Errorf("no network: %w", runtime.ErrUnavailable)
+	}
 	f.next++
 	id := "sandbox-" + string(rune('a'+f.next))
+	ip := f.sandboxIP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
 	f.sandboxes[id] = runtime.SandboxStatus{ID: id, PodUID: s.PodUID, PodNamespace: s.PodNamespace, PodName: s.PodName,
-		Attempt: s.Attempt, State: runtime.SandboxReady, CreatedAt: time.Now(), IPs: []string{"127.0.0.1"}, HostNetwork: true}
+		Attempt: s.Attempt, State: runtime.SandboxReady, CreatedAt: time.Now(), IPs: []string{ip}, HostNetwork: true}
 	return id, nil
 }
 
@@ -147,6 +160,10 @@ func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writ
 }
 
 func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
+
+func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) {
+	return runtime.Usage{}, nil
+}
 
 // statusLog keeps the newest status written per pod.
 type statusLog struct {

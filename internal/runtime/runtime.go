@@ -175,4 +175,19 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
 	// Events delivers state changes (start, exit) of every instance.
 	Events() <-chan Event
+	// Usage measures what a container uses now, for eviction.
+	Usage(ctx context.Context, id string) (Usage, error)
+}
+
+// Usage is what one container uses (CRI's ContainerStats); a measure the
+// runtime cannot take is 0.
+type Usage struct {
+	// MemoryWorkingSet is memory usage less inactive file pages, as
+	// cAdvisor's working set.
+	MemoryWorkingSet int64
+	// Processes are the container's tasks.
+	Processes int64
+	// WritableBytes and WritableInodes are the container's writable layer.
+	WritableBytes  int64
+	WritableInodes int64
 }

@@ -13,10 +13,6 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// ErrExecTimeout is returned (wrapped), with exit code -1, when an Exec
-// command ran past its timeout and was killed.
-var ErrExecTimeout = errors.New("exec timed out")
-
 // execWaitDelay bounds how long output pipes held open by a backgrounded
 // grandchild may keep Exec from returning after the command exited.
 const execWaitDelay = time.Second
@@ -25,7 +21,7 @@ const execWaitDelay = time.Second
 // its own process group and, as root, in the container's cgroup. The exit
 // code is the command's, or 128+signal if a signal killed it. At timeout
 // (0: none) or when ctx ends, the whole process group is killed and Exec
-// returns -1 and an error (ErrExecTimeout for the timeout). A command that
+// returns -1 and an error (runtime.ErrTimeout for the timeout). A command that
 // cannot be found is an error with exit code -1.
 func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (int, error) {
 	d, err := r.dir(id)
@@ -99,7 +95,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdout, std
 	case <-expired:
 		signalGroup(c.Process.Pid, syscall.SIGKILL)
 		<-waited
-		return -1, fmt.Errorf("exec %q in container %s: %w after %v", cmd[0], id, ErrExecTimeout, timeout)
+		return -1, fmt.Errorf("exec %q in container %s: timed out after %v: %w", cmd[0], id, timeout, runtime.ErrTimeout)
 	case <-ctx.Done():
 		signalGroup(c.Process.Pid, syscall.SIGKILL)
 		<-waited
