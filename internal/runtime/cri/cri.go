@@ -65,10 +65,11 @@ type Runtime struct {
 	clock  clock.WithTicker
 	events *tracker
 
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	relist chan struct{} // capacity 1: "relist now"
+	ctx       context.Context // ends at Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	relist    chan struct{} // capacity 1: "relist now"
 
 	mu         sync.Mutex
 	sandboxes  map[string]*sandboxEntry
@@ -155,14 +156,16 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 // keep running and a later New on the same endpoint re-adopts them.
 // Events is not closed.
 func (r *Runtime) Close() {
-	if r.cancel != nil {
-		r.cancel()
-	}
-	r.wg.Wait()
-	r.events.close()
-	ctx := quiet(context.Background())
-	r.rs.Close(ctx)
-	r.is.Close(ctx)
+	r.closeOnce.Do(func() {
+		if r.cancel != nil {
+			r.cancel()
+		}
+		r.wg.Wait()
+		r.events.close()
+		ctx := quiet(context.Background())
+		r.rs.Close(ctx)
+		r.is.Close(ctx)
+	})
 }
 
 // quiet keeps the CRI client from logging each failed call through klog:
