@@ -112,12 +112,17 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return nil
 	}
 	resp, err := r.rs.ContainerStatus(quiet(ctx), id, false)
-	if err == nil {
-		if st := containerStatus(resp.GetStatus()); st.State == runtime.StateExited && st.Reason == "StartError" {
-			r.events.observe(id, m.podUID, m.name, runtime.StateExited)
-			r.log.Info("container could not start", "container", m.name, "id", id, "message", st.Message)
-			return nil
-		}
+	if err != nil {
+		return classify(startErr, "start container %s", id)
+	}
+	switch st := containerStatus(resp.GetStatus()); {
+	case st.State == runtime.StateExited && st.Reason == "StartError" && st.StartedAt.IsZero():
+		r.events.observe(id, m.podUID, m.name, runtime.StateExited)
+		r.log.Info("container could not start", "container", m.name, "id", id, "message", st.Message)
+		return nil
+	case st.State != runtime.StateCreated:
+		// Runtimes answer Unknown for a container started before.
+		return &criError{op: fmt.Sprintf("start container %s (it is %s)", id, st.State), class: runtime.ErrConflict, err: startErr}
 	}
 	return classify(startErr, "start container %s", id)
 }

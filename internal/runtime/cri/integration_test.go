@@ -330,6 +330,9 @@ func TestExec(t *testing.T) {
 	spec := pod.container("app", "sleep", "1000")
 	spec.Env = []string{"GREETING=hi"}
 	id := createStart(t, r, spec)
+	if err := r.Start(ctx, id); !runtime.IsConflict(err) {
+		t.Errorf("starting a running container: %v, want ErrConflict", err)
+	}
 
 	var out, errOut bytes.Buffer
 	code, err := r.Exec(ctx, id, []string{"sh", "-c", "echo $GREETING; echo err >&2; exit 5"}, &out, &errOut, 10*time.Second)
