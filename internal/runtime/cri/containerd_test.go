@@ -30,7 +30,10 @@ type testContainerd struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	podCIDR  netip.Prefix
-	err      error // why there is none: the tests skip with it
+	bin, ctr string // containerd and ctr
+	shim     string // containerd 2.x: its runc shim
+	major    int    // containerd's major version
+	err      error  // why there is none: the tests skip with it
 }
 
 var (
@@ -43,6 +46,10 @@ const (
 	testPodCIDR   = "10.213.7.0/24"
 	busyboxImage  = "docker.io/library/busybox:latest"
 	containerdBin = "containerd"
+	// containerdDirEnv names a directory with another containerd (e.g.
+	// 2.x: containerd, ctr, containerd-shim-runc-v2) to test against
+	// instead of the one on PATH.
+	containerdDirEnv = "PODVISOR_TEST_CONTAINERD_DIR"
 )
 
 func TestMain(m *testing.M) {
@@ -73,10 +80,29 @@ func startContainerd() *testContainerd {
 		c.err = fmt.Errorf("not root")
 		return c
 	}
-	for _, bin := range []string{containerdBin, "ctr", "runc", "/usr/lib/cni/bridge"} {
+	c.bin, c.ctr, c.shim = containerdBin, "ctr", ""
+	if dir := os.Getenv(containerdDirEnv); dir != "" {
+		c.bin, c.shim = filepath.Join(dir, "containerd"), filepath.Join(dir, "containerd-shim-runc-v2")
+		if _, err := os.Stat(filepath.Join(dir, "ctr")); err == nil {
+			c.ctr = filepath.Join(dir, "ctr")
+		}
+	}
+	for _, bin := range []string{c.bin, c.ctr, "runc", "/usr/lib/cni/bridge"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			c.err = fmt.Errorf("%s not installed (apt-get install containerd runc containernetworking-plugins): %w", bin, err)
 			return c
+		}
+	}
+	out, err := exec.Command(c.bin, "--version").Output()
+	if err != nil {
+		c.err = fmt.Errorf("%s --version: %w", c.bin, err)
+		return c
+	}
+	c.major = 1
+	if strings.Contains(string(out), "containerd/v2 ") {
+		c.major = 2
+		if c.shim == "" {
+			c.shim = filepath.Join(filepath.Dir(c.bin), "containerd-shim-runc-v2")
 		}
 	}
 	dir, err := os.MkdirTemp("", "pvcri")
@@ -96,7 +122,7 @@ func startContainerd() *testContainerd {
 		c.err = err
 		return c
 	}
-	c.cmd = exec.Command(containerdBin, "--config", filepath.Join(dir, "config.toml"))
+	c.cmd = exec.Command(c.bin, "--config", filepath.Join(dir, "config.toml"))
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
@@ -146,6 +172,9 @@ func (c *testContainerd) writeConfig() error {
 	if err := os.WriteFile(filepath.Join(cni, "10-podvisor.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
+	if c.major >= 2 {
+		return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(c.configV2(cni)), 0o644)
+	}
 	cfg := fmt.Sprintf(`version = 2
 root = %[1]q
 state = %[2]q
@@ -174,6 +203,43 @@ state = %[2]q
 	return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(cfg), 0o644)
 }
 
+// configV2 is the config of containerd 2.x: the CRI's settings split over
+// its images and runtime plugins, the sandbox image pinned.
+func (c *testContainerd) configV2(cni string) string {
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[6]q
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      runtime_path = %[8]q
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "runc"
+        Root = %[9]q
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = %[7]q
+`, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc",
+		filepath.Join(c.dir, "opt"), pause.ImageName, cni, c.shim, filepath.Join(c.dir, "state", "runc"))
+}
+
 // importImages imports the pause image and a busybox image, both built
 // offline, into CRI's namespace.
 func (c *testContainerd) importImages() error {
@@ -190,7 +256,7 @@ func (c *testContainerd) importImages() error {
 		if err := im.WriteArchiveFile(tarPath, imagebuild.Docker); err != nil {
 			return err
 		}
-		out, err := exec.Command("ctr", "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
+		out, err := exec.Command(c.ctr, "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("ctr images import %s: %v: %s", im.Names[0], err, out)
 		}

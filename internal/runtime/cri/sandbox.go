@@ -44,7 +44,11 @@ func (r *Runtime) RunSandbox(ctx context.Context, spec runtime.SandboxSpec) (str
 }
 
 // StopSandbox kills the sandbox's containers and releases its network.
+// An unknown sandbox is ErrNotFound (containerd 2 says nothing).
 func (r *Runtime) StopSandbox(ctx context.Context, id string) error {
+	if err := r.sandboxExists(ctx, id); err != nil {
+		return err
+	}
 	if err := r.rs.StopPodSandbox(quiet(ctx), id); err != nil {
 		return classify(err, "stop sandbox %s", id)
 	}
@@ -54,7 +58,7 @@ func (r *Runtime) StopSandbox(ctx context.Context, id string) error {
 // RemoveSandbox removes the sandbox, its containers and their termination
 // message files. An unknown sandbox is ErrNotFound (CRI says nothing).
 func (r *Runtime) RemoveSandbox(ctx context.Context, id string) error {
-	if _, err := r.sandbox(ctx, id); err != nil {
+	if err := r.sandboxExists(ctx, id); err != nil {
 		return err
 	}
 	if err := r.rs.RemovePodSandbox(quiet(ctx), id); err != nil {
@@ -147,6 +151,18 @@ func (r *Runtime) sandbox(ctx context.Context, id string) (*sandboxEntry, error)
 		return nil, fmt.Errorf("sandbox %s was not made by podvisor (no %s annotation): %w", id, annotationSandboxSpec, runtime.ErrInvalid)
 	}
 	return e, nil
+}
+
+// sandboxExists is nil for a sandbox this runtime knows or the runtime has.
+func (r *Runtime) sandboxExists(ctx context.Context, id string) error {
+	r.mu.Lock()
+	_, ok := r.sandboxes[id]
+	r.mu.Unlock()
+	if ok {
+		return nil
+	}
+	_, err := r.SandboxStatus(ctx, id)
+	return err
 }
 
 // rememberSandbox records sandbox id from its annotations and IPs.

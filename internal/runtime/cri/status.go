@@ -30,6 +30,12 @@ func containerStatus(s *runtimeapi.ContainerStatus) runtime.Status {
 	if st.State != runtime.StateExited {
 		return st
 	}
+	if !st.StartedAt.IsZero() && st.FinishedAt.Before(st.StartedAt) {
+		// containerd 2 takes the start time once the start returned and the
+		// exit time from the process: a command that exits at once has
+		// finished "before" it started. It started no later than it ended.
+		st.StartedAt = st.FinishedAt
+	}
 	st.ExitCode = s.GetExitCode()
 	st.Message = s.GetMessage()
 	switch r := s.GetReason(); r {

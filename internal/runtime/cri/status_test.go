@@ -72,6 +72,14 @@ func TestContainerStatusReasons(t *testing.T) {
 	}
 }
 
+func TestContainerStatusNeverFinishesBeforeItStarted(t *testing.T) {
+	s := criStatus(runtimeapi.ContainerState_CONTAINER_EXITED, 400, 3, "Error", "")
+	got := containerStatus(s) // FinishedAt 300: containerd 2 for a command that exits at once
+	if !got.StartedAt.Equal(time.Unix(0, 300)) || !got.FinishedAt.Equal(time.Unix(0, 300)) {
+		t.Errorf("started %v finished %v, want both the exit time", got.StartedAt, got.FinishedAt)
+	}
+}
+
 func TestContainerStates(t *testing.T) {
 	for in, want := range map[runtimeapi.ContainerState]runtime.State{
 		runtimeapi.ContainerState_CONTAINER_CREATED: runtime.StateCreated,
