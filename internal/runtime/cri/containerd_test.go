@@ -175,18 +175,8 @@ func (c *testContainerd) writeConfig() error {
 	if c.major >= 2 {
 		return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(c.configV2(cni)), 0o644)
 	}
-	cfg := fmt.Sprintf(`version = 2
-root = %[1]q
-state = %[2]q
-
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = %[4]q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[5]q
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[6]q
+	cfg := c.configHeader(2) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[1]q
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -197,47 +187,51 @@ state = %[2]q
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = %[7]q
-`, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc",
-		filepath.Join(c.dir, "opt"), pause.ImageName, cni)
+    conf_dir = %[2]q
+`, pause.ImageName, cni)
 	return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(cfg), 0o644)
 }
 
 // configV2 is the config of containerd 2.x: the CRI's settings split over
 // its images and runtime plugins, the sandbox image pinned.
 func (c *testContainerd) configV2(cni string) string {
-	return fmt.Sprintf(`version = 3
-root = %[1]q
-state = %[2]q
-
-[grpc]
-  address = %[3]q
-[ttrpc]
-  address = %[4]q
-[plugins."io.containerd.nri.v1.nri"]
+	return c.configHeader(3) + fmt.Sprintf(`[plugins."io.containerd.nri.v1.nri"]
   disable = true
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[5]q
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = %[6]q
+    sandbox = %[1]q
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      runtime_path = %[8]q
+      runtime_path = %[3]q
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = "runc"
-        Root = %[9]q
+        Root = %[4]q
         SystemdCgroup = false
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
-    conf_dir = %[7]q
-`, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc",
-		filepath.Join(c.dir, "opt"), pause.ImageName, cni, c.shim, filepath.Join(c.dir, "state", "runc"))
+    conf_dir = %[2]q
+`, pause.ImageName, cni, c.shim, filepath.Join(c.dir, "state", "runc"))
+}
+
+// configHeader is what every config version shares: root, state and
+// sockets in the test's directory.
+func (c *testContainerd) configHeader(version int) string {
+	return fmt.Sprintf(`version = %d
+root = %q
+state = %q
+
+[grpc]
+  address = %q
+[ttrpc]
+  address = %q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+`, version, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc", filepath.Join(c.dir, "opt"))
 }
 
 // importImages imports the pause image and a busybox image, both built
