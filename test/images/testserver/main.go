@@ -19,6 +19,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -156,9 +157,14 @@ func serve(args []string) {
 	})
 
 	go waitFor(syscall.SIGTERM, syscall.SIGINT)
-	addr := fmt.Sprintf(":%d", *port)
-	fmt.Printf("serving on %s\n", addr)
-	if err := http.ListenAndServe(addr, mux); err != nil {
+	// Listen before saying so: a test waits for the line, then connects.
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", *port))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("serving on %s\n", l.Addr())
+	if err := http.Serve(l, mux); err != nil {
 		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
 		os.Exit(1)
 	}
