@@ -3,7 +3,6 @@ package cri
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/imagebuild"
 	"github.com/podvisor/podvisor/internal/pause"
+	"github.com/podvisor/podvisor/test/images"
 )
 
 // A private containerd for the integration tests: its own root, state,
@@ -44,7 +44,7 @@ var (
 const (
 	testBridge    = "pvcritest0"
 	testPodCIDR   = "10.213.7.0/24"
-	busyboxImage  = "docker.io/library/busybox:latest"
+	busyboxImage  = images.BusyboxLatestImage
 	containerdBin = "containerd"
 	// containerdDirEnv names a directory with another containerd (e.g.
 	// 2.x: containerd, ctr, containerd-shim-runc-v2) to test against
@@ -234,51 +234,20 @@ state = %q
 `, version, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc", filepath.Join(c.dir, "opt"))
 }
 
-// importImages imports the pause image and a busybox image, both built
-// offline, into CRI's namespace.
+// importImages imports the pause image and busybox, both built offline by
+// test/images, into CRI's namespace.
 func (c *testContainerd) importImages() error {
-	p, err := pause.Image()
-	if err != nil {
-		return err
-	}
-	bb, err := busybox()
-	if err != nil {
-		return err
-	}
-	for _, im := range []imagebuild.Image{p, bb} {
-		tarPath := filepath.Join(c.dir, "image.tar")
-		if err := im.WriteArchiveFile(tarPath, imagebuild.Docker); err != nil {
+	for _, name := range []string{"pause", "busybox"} {
+		tarPath, err := images.WriteTar(c.dir, name, imagebuild.Docker)
+		if err != nil {
 			return err
 		}
 		out, err := exec.Command(c.ctr, "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("ctr images import %s: %v: %s", im.Names[0], err, out)
+			return fmt.Errorf("ctr images import %s: %v: %s", name, err, out)
 		}
 	}
 	return nil
-}
-
-// busybox is Debian's static busybox with the applets the tests use.
-func busybox() (imagebuild.Image, error) {
-	bin, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return imagebuild.Image{}, fmt.Errorf("busybox-static is not installed: %w", err)
-	}
-	files := []imagebuild.File{
-		imagebuild.Regular("/bin/busybox", 0o755, bin),
-		imagebuild.Dir("/tmp", fs.ModeSticky|0o777),
-		imagebuild.Dir("/etc", 0o755),
-		imagebuild.Regular("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")),
-		imagebuild.Regular("/etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")),
-	}
-	for _, applet := range []string{"sh", "sleep", "echo", "cat", "kill", "true", "false", "id", "head", "tail", "dd", "ls", "env", "nc", "httpd", "printf", "pwd"} {
-		files = append(files, imagebuild.Symlink("/bin/"+applet, "busybox"))
-	}
-	return imagebuild.Image{
-		Names:  []string{busyboxImage},
-		Config: imagebuild.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
-		Files:  files,
-	}, nil
 }
 
 // stop removes every sandbox (so no container outlives the test run),
