@@ -55,6 +55,13 @@ const (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
+		if code != 0 && shared.dir != "" {
+			// The directory goes; its log is what explains a failure.
+			kept := filepath.Join(os.TempDir(), "podvisor-cri-test-containerd.log")
+			if b, err := os.ReadFile(filepath.Join(shared.dir, "containerd.log")); err == nil && os.WriteFile(kept, b, 0o644) == nil {
+				fmt.Fprintf(os.Stderr, "containerd's log: %s\n", kept)
+			}
+		}
 		shared.stop()
 	}
 	os.Exit(code)
@@ -117,35 +124,8 @@ func startContainerd() *testContainerd {
 		c.err = err
 		return c
 	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
-		c.err = err
+	if c.err = c.launch(); c.err != nil {
 		return c
-	}
-	c.cmd = exec.Command(c.bin, "--config", filepath.Join(dir, "config.toml"))
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		c.err = err
-		return c
-	}
-	c.exited = make(chan struct{})
-	go func() { c.cmd.Wait(); logf.Close(); close(c.exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(c.sock); err == nil {
-			break
-		}
-		select {
-		case <-c.exited:
-			c.err = fmt.Errorf("containerd exited: %s", tail(filepath.Join(dir, "containerd.log")))
-			return c
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			c.err = fmt.Errorf("containerd did not listen within 30s: %s", tail(filepath.Join(dir, "containerd.log")))
-			return c
-		}
 	}
 	if err := c.importImages(); err != nil {
 		c.err = err
@@ -234,6 +214,52 @@ state = %q
 `, version, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc", filepath.Join(c.dir, "opt"))
 }
 
+// launch starts containerd and waits until it listens.
+func (c *testContainerd) launch() error {
+	os.Remove(c.sock)
+	logf, err := os.OpenFile(filepath.Join(c.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	c.cmd = exec.Command(c.bin, "--config", filepath.Join(c.dir, "config.toml"))
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	c.exited = exited
+	cmd := c.cmd
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(c.sock); err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("containerd exited: %s", tail(filepath.Join(c.dir, "containerd.log")))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("containerd did not listen within 30s: %s", tail(filepath.Join(c.dir, "containerd.log")))
+		}
+	}
+}
+
+// terminate stops containerd as a service manager would; the shims, and
+// with them the containers, keep running.
+func (c *testContainerd) terminate() {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(15 * time.Second):
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+}
+
 // importImages imports the pause image and busybox, both built offline by
 // test/images, into CRI's namespace.
 func (c *testContainerd) importImages() error {
@@ -269,13 +295,7 @@ func (c *testContainerd) stop() {
 		}
 		cancel()
 	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(15 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
-	}
+	c.terminate()
 	exec.Command("ip", "link", "del", testBridge).Run()
 	c.cleanDir()
 }
