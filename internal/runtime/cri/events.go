@@ -60,12 +60,23 @@ func (r *Runtime) relistOnce(ctx context.Context) error {
 	if err != nil {
 		return classify(err, "list containers")
 	}
+	listed := make(map[string]bool, len(list))
 	for _, c := range list {
+		listed[c.Id] = true
 		if uid := c.GetLabels()[labelPodUID]; uid != "" {
 			r.events.observe(c.Id, uid, c.GetMetadata().GetName(), containerState(c.GetState()))
 		}
 	}
 	r.events.endRelist(gen)
+	// Containers removed behind this runtime's back: what it kept of them
+	// goes. One created since the list began is read again when needed.
+	r.mu.Lock()
+	for id := range r.containers {
+		if !listed[id] {
+			delete(r.containers, id)
+		}
+	}
+	r.mu.Unlock()
 	return nil
 }
 

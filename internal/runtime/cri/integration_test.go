@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -101,6 +102,26 @@ func createStart(t *testing.T, r *Runtime, spec runtime.ContainerSpec) string {
 	return id
 }
 
+// waitExits receives r's events until each of ids has exited, in any order.
+func waitExits(t *testing.T, r *Runtime, within time.Duration, ids ...string) {
+	t.Helper()
+	left := map[string]bool{}
+	for _, id := range ids {
+		left[id] = true
+	}
+	timeout := time.After(within)
+	for len(left) > 0 {
+		select {
+		case ev := <-r.Events():
+			if ev.State == runtime.StateExited {
+				delete(left, ev.ID)
+			}
+		case <-timeout:
+			t.Fatalf("no exit event for %v within %v", left, within)
+		}
+	}
+}
+
 // waitEvent receives r's events until id reaches state.
 func waitEvent(t *testing.T, r *Runtime, id string, state runtime.State, within time.Duration) runtime.Event {
 	t.Helper()
@@ -138,16 +159,19 @@ func TestSandboxHasAPodIPReachableFromTheHost(t *testing.T) {
 	createStart(t, r, pod.container("web", "sh", "-c", "echo hello from $(hostname) > /tmp/index.html; exec httpd -f -p 8080 -h /tmp"))
 	url := "http://" + netip.AddrPortFrom(ip, 8080).String() + "/index.html"
 	var body []byte
-	deadline := time.Now().Add(15 * time.Second)
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err == nil {
 			body, _ = io.ReadAll(resp.Body)
 			resp.Body.Close()
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pod IP not reachable from the host: %v", err)
+			links, _ := exec.Command("ip", "-br", "addr").CombinedOutput()
+			neigh, _ := exec.Command("ip", "neigh").CombinedOutput()
+			t.Fatalf("pod IP not reachable from the host: %v\nlinks:\n%s\nneighbours:\n%s", err, links, neigh)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -380,23 +404,13 @@ func TestOOMKilledWithAMemoryLimit(t *testing.T) {
 
 func TestExitsReachEventsEvenWhenNotReceived(t *testing.T) {
 	r, _, pod := podFixture(t)
-	ids := map[string]bool{}
+	var ids []string
 	for i := range 3 {
-		ids[createStart(t, r, pod.container(fmt.Sprintf("c%d", i), "sh", "-c", "sleep 0.5; exit 2"))] = true
+		ids = append(ids, createStart(t, r, pod.container(fmt.Sprintf("c%d", i), "sh", "-c", "sleep 0.5; exit 2")))
 	}
 	// Nobody receives while they run and exit.
 	time.Sleep(3 * time.Second)
-	deadline := time.After(10 * time.Second)
-	for len(ids) > 0 {
-		select {
-		case ev := <-r.Events():
-			if ev.State == runtime.StateExited {
-				delete(ids, ev.ID)
-			}
-		case <-deadline:
-			t.Fatalf("no exit event for %v", ids)
-		}
-	}
+	waitExits(t, r, 10*time.Second, ids...)
 }
 
 func TestExitEventLatency(t *testing.T) {
@@ -446,9 +460,7 @@ func TestANewRuntimeReadoptsContainersAndTheirExits(t *testing.T) {
 	// The sandbox's config comes back from its annotation: a new container
 	// can join it.
 	other := createStart(t, r2, pod.container("other", "true"))
-	waitEvent(t, r2, other, runtime.StateExited, 10*time.Second)
-
-	waitEvent(t, r2, id, runtime.StateExited, 10*time.Second)
+	waitExits(t, r2, 10*time.Second, other, id)
 	st, err := r2.Status(ctx, id)
 	if err != nil {
 		t.Fatal(err)
@@ -481,8 +493,8 @@ func TestContainerdRestartLosesNoExit(t *testing.T) {
 	if err := shared.launch(); err != nil {
 		t.Fatal(err)
 	}
+	waitExits(t, r, 20*time.Second, whileDown, afterwards)
 	for id, code := range map[string]int32{whileDown: 9, afterwards: 6} {
-		waitEvent(t, r, id, runtime.StateExited, 20*time.Second)
 		st, err := r.Status(ctx, id)
 		if err != nil {
 			t.Fatal(err)

@@ -96,6 +96,7 @@ func (r *Runtime) ListSandboxes(ctx context.Context) ([]runtime.SandboxStatus, e
 	if err != nil {
 		return nil, classify(err, "list sandboxes")
 	}
+	r.forgetSandboxesBut(list)
 	out := make([]runtime.SandboxStatus, 0, len(list))
 	for _, s := range list {
 		if s.GetLabels()[labelPodUID] == "" {
@@ -151,6 +152,23 @@ func (r *Runtime) sandbox(ctx context.Context, id string) (*sandboxEntry, error)
 		return nil, fmt.Errorf("sandbox %s was not made by podvisor (no %s annotation): %w", id, annotationSandboxSpec, runtime.ErrInvalid)
 	}
 	return e, nil
+}
+
+// forgetSandboxesBut drops what is kept of sandboxes not in list (removed
+// behind this runtime's back); one run since the list began is read again
+// from its annotation when needed.
+func (r *Runtime) forgetSandboxesBut(list []*runtimeapi.PodSandbox) {
+	listed := make(map[string]bool, len(list))
+	for _, s := range list {
+		listed[s.Id] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.sandboxes {
+		if !listed[id] {
+			delete(r.sandboxes, id)
+		}
+	}
 }
 
 // sandboxExists is nil for a sandbox this runtime knows or the runtime has.
