@@ -119,6 +119,7 @@ func TestKubectlExec(t *testing.T) {
 		{"-n " + ns + " exec nosuch -- true", `pods "nosuch" not found`},
 		{"-n " + ns + " exec two -c nosuch -- true", "container nosuch is not valid for pod two"},
 		{"-n " + ns + " exec half -c done -- true", `container not found ("done")`},
+		{"-n " + ns + " attach two -c a", "attach is not supported by the process runtime"},
 	} {
 		_, e, code := p.kubectl(t, "", nil, strings.Fields(tc.what)...)
 		if code != 1 || !strings.Contains(e, tc.stderr) {
