@@ -14,6 +14,8 @@ require (
 	k8s.io/client-go v0.36.3
 	k8s.io/component-base v0.36.3
 	k8s.io/component-helpers v0.36.3
+	k8s.io/cri-api v0.36.3
+	k8s.io/cri-streaming v0.36.3
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubectl v0.0.0
 	k8s.io/kubelet v0.36.3
@@ -164,7 +166,6 @@ require (
 	k8s.io/cloud-provider v0.36.3 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/controller-manager v0.36.3 // indirect
-	k8s.io/cri-api v0.36.3
 	k8s.io/cri-client v0.0.0
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.36.3 // indirect

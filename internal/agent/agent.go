@@ -61,6 +61,7 @@ type Agent struct {
 	node        *node.Manager
 	api         *agentapi.Server
 	runtime     runtime.Runtime
+	streams     *process.StreamServer
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
@@ -112,7 +113,12 @@ func New(cfg Config) (*Agent, error) {
 		hostIP = cfg.HostIP.String()
 	}
 	agentDir := filepath.Join(cfg.DataDir, "agent")
-	a.runtime, err = process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log, HostIPs: []string{hostIP}})
+	proc, err := process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log, HostIPs: []string{hostIP}})
+	if err != nil {
+		return nil, err
+	}
+	a.runtime = proc
+	a.streams, err = process.NewStreamServer(proc)
 	if err != nil {
 		return nil, err
 	}
@@ -197,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
 		Logs:         a.workers,
 		Pods:         a.workers.Pods,
+		Streams:      streams{StreamServer: a.streams, runtime: a.runtime},
 		Metrics:      a.metrics,
 		Shutdown:     a.shutdown.Handler(),
 		Log:          cfg.Log,
@@ -238,6 +245,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
 	go a.eviction.Run(ctx)
+	go func() {
+		if err := a.streams.Run(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Error("exec and port-forward sessions stopped", "err", err)
+		}
+	}()
 	go func() {
 		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("agent API stopped", "err", err)
