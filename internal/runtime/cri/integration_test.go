@@ -486,11 +486,6 @@ func TestANewRuntimeReadoptsContainersAndTheirExits(t *testing.T) {
 // an exit while it was down and one after it came back are both reported.
 func TestContainerdRestartLosesNoExit(t *testing.T) {
 	r, ctx, pod := podFixture(t)
-	if info, err := r.Info(ctx); err == nil && strings.HasPrefix(info.Version, "1.") {
-		// Exits across a containerd restart were fixed in 2.0.9
-		// (containerd-notes.md); podvisor runs containerd 2.x.
-		t.Skipf("containerd %s loses exits across its restart", info.Version)
-	}
 	whileDown := createStart(t, r, pod.container("down", "sh", "-c", "sleep 1; exit 9"))
 	afterwards := createStart(t, r, pod.container("after", "sh", "-c", "sleep 6; exit 6"))
 	shared.terminate()
