@@ -209,7 +209,10 @@ func TestExitOfAnUnclaimedInstanceReachesItsWorker(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		m.mu.Lock()
-		list := m.orphans[pod.UID]
+		var list []runtime.Status
+		if a := m.orphans[pod.UID]; a != nil {
+			list = a.containers
+		}
 		done := len(list) == 1 && list[0].State == runtime.StateExited
 		m.mu.Unlock()
 		if done {

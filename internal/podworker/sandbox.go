@@ -129,20 +129,16 @@ func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
 	}
 }
 
-// sandboxSpec is the sandbox a kubelet asks for: the pod's identity and
-// labels, its hostname, host network, log directory and host ports.
+// sandboxSpec is the sandbox a kubelet asks for: the pod's identity,
+// labels and annotations, its hostname, host network, log directory and
+// host ports.
 func sandboxSpec(pod *v1.Pod, attempt int32, logDir string) runtime.SandboxSpec {
-	labels := maps.Clone(pod.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels["io.kubernetes.pod.name"] = pod.Name
-	labels["io.kubernetes.pod.namespace"] = pod.Namespace
-	labels["io.kubernetes.pod.uid"] = string(pod.UID)
+	// The pod's identity labels a kubelet adds are the runtime's to add:
+	// the identity is in the spec's fields.
 	spec := runtime.SandboxSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, Attempt: attempt,
 		HostNetwork: pod.Spec.HostNetwork, LogDir: logDir,
-		Labels: labels, Annotations: maps.Clone(pod.Annotations),
+		Labels: maps.Clone(pod.Labels), Annotations: maps.Clone(pod.Annotations),
 	}
 	if !pod.Spec.HostNetwork {
 		spec.Hostname = podHostname(pod)

@@ -43,7 +43,10 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, err
 	}
 	var budget expansion.Budget // env and command together
-	env, err := w.m.containerEnv(ctx, pod, c, w.podIP(), &budget)
+	w.mu.Lock()
+	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
+	w.mu.Unlock()
+	env, err := w.m.containerEnv(ctx, pod, c, podIP, &budget)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -72,9 +75,6 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if tmp == "" {
 		tmp = v1.TerminationMessagePathDefault
 	}
-	w.mu.Lock()
-	sandbox := w.sandboxIDLocked()
-	w.mu.Unlock()
 	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
 		Name: c.Name, Attempt: attempt, Command: cmd, Env: env,

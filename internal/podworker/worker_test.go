@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -94,11 +96,7 @@ func (f *fakeRuntime) SandboxStatus(_ context.Context, id string) (runtime.Sandb
 func (f *fakeRuntime) ListSandboxes(context.Context) ([]runtime.SandboxStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]runtime.SandboxStatus, 0, len(f.sandboxes))
-	for _, sb := range f.sandboxes {
-		out = append(out, sb)
-	}
-	return out, nil
+	return slices.Collect(maps.Values(f.sandboxes)), nil
 }
 
 func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string, error) {
@@ -148,11 +146,7 @@ func (f *fakeRuntime) Status(_ context.Context, id string) (runtime.Status, erro
 func (f *fakeRuntime) List(context.Context) ([]runtime.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]runtime.Status, 0, len(f.byID))
-	for _, st := range f.byID {
-		out = append(out, st)
-	}
-	return out, nil
+	return slices.Collect(maps.Values(f.byID)), nil
 }
 
 func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writer, time.Duration) (int, error) {

@@ -121,6 +121,21 @@ func status(t *testing.T, rt runtime.Runtime, id string) runtime.Status {
 	return st
 }
 
+// runLooping runs, in a new pod, a container that sets traps, says
+// "ready" and loops until a signal ends it; edit adjusts its spec first.
+func runLooping(t *testing.T, h Harness, traps string, edit func(*runtime.ContainerSpec)) (runtime.Runtime, runtime.ContainerSpec, string) {
+	t.Helper()
+	rt := h.New(t)
+	p := newPod(t, rt)
+	spec := p.spec(h, "c", traps+"; echo ready; while :; do sleep 0.1; done")
+	if edit != nil {
+		edit(&spec)
+	}
+	id := run(t, rt, spec)
+	waitLog(t, spec.LogPath, "ready")
+	return rt, spec, id
+}
+
 // stop stops id and returns its status, which Stop has recorded by then.
 func stop(t *testing.T, rt runtime.Runtime, id string, grace time.Duration) runtime.Status {
 	t.Helper()
@@ -328,11 +343,7 @@ func testStartError(t *testing.T, h Harness) {
 }
 
 func testStopHonoured(t *testing.T, h Harness) {
-	rt := h.New(t)
-	p := newPod(t, rt)
-	spec := p.spec(h, "c", `trap 'echo bye; exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
-	id := run(t, rt, spec)
-	waitLog(t, spec.LogPath, "ready")
+	rt, spec, id := runLooping(t, h, `trap 'echo bye; exit 0' TERM`, nil)
 	begin := time.Now()
 	if err := rt.Stop(ctx(t), id, time.Minute); err != nil {
 		t.Fatal(err)
@@ -351,11 +362,7 @@ func testStopHonoured(t *testing.T, h Harness) {
 }
 
 func testStopKillsAfterGrace(t *testing.T, h Harness) {
-	rt := h.New(t)
-	p := newPod(t, rt)
-	spec := p.spec(h, "c", `trap '' TERM; echo ready; while :; do sleep 0.1; done`)
-	id := run(t, rt, spec)
-	waitLog(t, spec.LogPath, "ready")
+	rt, _, id := runLooping(t, h, `trap '' TERM`, nil)
 	const grace = time.Second
 	begin := time.Now()
 	if err := rt.Stop(ctx(t), id, grace); err != nil {
@@ -370,23 +377,16 @@ func testStopKillsAfterGrace(t *testing.T, h Harness) {
 }
 
 func testStopZeroGrace(t *testing.T, h Harness) {
-	rt := h.New(t)
-	p := newPod(t, rt)
-	spec := p.spec(h, "c", `trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
-	id := run(t, rt, spec)
-	waitLog(t, spec.LogPath, "ready")
+	rt, _, id := runLooping(t, h, `trap 'exit 0' TERM`, nil)
 	if st := stop(t, rt, id, 0); st.State != runtime.StateExited || st.ExitCode != 137 {
 		t.Errorf("%s exit %d, want exited 137: grace 0 kills without the stop signal", st.State, st.ExitCode)
 	}
 }
 
 func testStopSignal(t *testing.T, h Harness) {
-	rt := h.New(t)
-	p := newPod(t, rt)
-	spec := p.spec(h, "c", `trap 'exit 7' USR1; trap 'exit 1' TERM; echo ready; while :; do sleep 0.1; done`)
-	spec.StopSignal = syscall.SIGUSR1
-	id := run(t, rt, spec)
-	waitLog(t, spec.LogPath, "ready")
+	rt, _, id := runLooping(t, h, `trap 'exit 7' USR1; trap 'exit 1' TERM`, func(s *runtime.ContainerSpec) {
+		s.StopSignal = syscall.SIGUSR1
+	})
 	if st := stop(t, rt, id, time.Minute); st.ExitCode != 7 {
 		t.Errorf("exit %d, want 7: the spec's stop signal (SIGUSR1) first", st.ExitCode)
 	}
@@ -462,11 +462,7 @@ func testTerminationMessage(t *testing.T, h Harness) {
 // An agent restart leaves containers running: the new runtime value lists
 // them with the same ID and stops them.
 func testReadoptRunning(t *testing.T, h Harness) {
-	rt := h.New(t)
-	p := newPod(t, rt)
-	spec := p.spec(h, "c", `trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done`)
-	id := run(t, rt, spec)
-	waitLog(t, spec.LogPath, "ready")
+	rt, spec, id := runLooping(t, h, `trap 'exit 0' TERM`, nil)
 	before := status(t, rt, id)
 	rt = h.Restart(t, rt, func() {})
 	st := status(t, rt, id)
@@ -474,8 +470,8 @@ func testReadoptRunning(t *testing.T, h Harness) {
 		t.Errorf("after restart %+v, want the same running container", st)
 	}
 	sbs, err := rt.ListSandboxes(ctx(t))
-	if err != nil || !containsSandbox(sbs, p.sandbox) {
-		t.Errorf("sandbox %s not listed after restart (%v)", p.sandbox, err)
+	if err != nil || !containsSandbox(sbs, spec.SandboxID) {
+		t.Errorf("sandbox %s not listed after restart (%v)", spec.SandboxID, err)
 	}
 	if st := stop(t, rt, id, time.Minute); st.State != runtime.StateExited || st.ExitCode != 0 {
 		t.Errorf("%s exit %d after stop by the new runtime", st.State, st.ExitCode)
