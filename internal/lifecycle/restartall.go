@@ -38,7 +38,8 @@ func couldRestartAll(spec *v1.PodSpec) bool {
 
 // decideRestartAll sets restarting (a restart of all containers was asked
 // for: published, or a container just exited with a matching code) and
-// resetPending (some container still has to be stopped and removed).
+// resetPending (some container still has to be stopped and removed, or to
+// forget a failed start).
 func (p *podState) decideRestartAll(frozen bool) {
 	if frozen || !couldRestartAll(&p.pod.Spec) {
 		return
@@ -55,11 +56,17 @@ func (p *podState) decideRestartAll(frozen bool) {
 		return
 	}
 	for _, c := range p.containers {
-		if c.rec.Current != nil || c.busy() {
+		if c.resettable() || c.busy() {
 			p.resetPending = true
 		}
 	}
 }
+
+// resettable: c has something a restart of all containers removes. A start
+// that failed before any instance existed (rec.Waiting) counts: left in
+// place, it would mark the restarted pod as initialized (a regular
+// container tried), and the init containers would not run again.
+func (c *container) resettable() bool { return c.rec.Current != nil || c.rec.Waiting != nil }
 
 // planReset stops and removes every container, in upstream's order: the
 // others first (regular before init), the ones whose exit triggered the
@@ -67,7 +74,7 @@ func (p *podState) decideRestartAll(frozen bool) {
 func (p *podState) planReset() []Action {
 	var sources, regular, init []Action
 	for _, c := range p.containers {
-		if c.rec.Current == nil || c.busy() {
+		if !c.resettable() || c.busy() {
 			continue
 		}
 		a := Action{Kind: ActionReset, Container: c.name(), Init: c.init, Message: "Stopping container " + c.name()}

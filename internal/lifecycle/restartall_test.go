@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -177,5 +178,45 @@ func TestRestartAllContainersNotWhileTerminating(t *testing.T) {
 		if a.Kind == ActionReset {
 			t.Fatalf("reset while terminating: %s", actionsString(p.Actions))
 		}
+	}
+}
+
+// KEP-5532: a container whose start failed before any instance existed
+// (CreateContainerConfigError) forgets it in the restart too. Kept, it made
+// the restarted pod count as initialized (a regular container tried), so
+// sidecars and regular containers started at once and the init containers
+// never ran again. Found by FuzzCompute.
+func TestRestartAllContainersForgetsFailedStarts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pod   *v1.Pod
+		first string // the first start after the removal
+	}{
+		{"init container", newPod(policy(v1.RestartPolicyNever), inits("init"), containers("failed", "source"), modify("source", restartAllOn42)), "start init#1"},
+		{"sidecar", newPod(policy(v1.RestartPolicyNever), sidecars("sidecar"), containers("failed", "source"), modify("source", restartAllOn42)), "start sidecar#1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newSim(t, tc.pod, DefaultConfig())
+			m.settle(10)
+			if tc.first == "start init#1" {
+				m.exit("init", 0)
+				m.settle(10)
+			}
+			m.s.Containers["failed"] = ContainerRecord{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `configmap "x" not found`}, WaitingSince: m.s.Now}
+			m.exit("source", 42)
+			p := m.step()
+			var reset []string
+			for _, a := range p.Actions {
+				reset = append(reset, a.Container)
+			}
+			if !slices.Contains(reset, "failed") {
+				t.Fatalf("actions %s: the failed start is not reset", actionsString(p.Actions))
+			}
+			m.step()
+			m.expectActions(tc.first)
+			if st := m.status("failed"); st.State.Waiting == nil || st.State.Waiting.Reason == "CreateContainerConfigError" {
+				t.Fatalf("failed after the removal: %s, want waiting for the init containers", stateString(st.State))
+			}
+		})
 	}
 }
