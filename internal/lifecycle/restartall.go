@@ -11,9 +11,10 @@ import (
 // 2 s minimum) and removed, as upstream does; once none is left the
 // condition goes False and the pod starts again as if new: init containers
 // from the first, then sidecars and regular containers. Each container that
-// had run counts one restart, and shows the removal as its last state. The
-// published condition carries the decision from one Compute to the next; the
-// removal of the triggering instance is what ends it, so there is no loop.
+// had an instance counts one restart, and shows the removal as its last
+// state. The published condition carries the decision from one Compute to
+// the next; the removal of the triggering instance is what ends it, so there
+// is no loop.
 const (
 	ReasonRestartingAllContainers     = "RestartingAllContainers"
 	ReasonRestartAllContainersStarted = "RestartAllContainersStarted"
@@ -104,8 +105,15 @@ func (p *podState) planReset() []Action {
 // carryOver fills, in a pod that can restart all its containers, what the
 // removed instances no longer tell: a container without an instance keeps
 // its published restart count and last state, and the one removed by this
-// restart shows waiting RestartingAllContainers with one restart more; a
-// new instance without a predecessor shows the removal as its last state.
+// restart (its published status still names an instance) shows waiting
+// RestartingAllContainers with one restart more; a new instance without a
+// predecessor shows the removal as its last state.
+//
+// Upstream counts the restart in the status only for a container that was
+// not waiting, and gives the new instance one more than its log directory
+// holds; with no log directory to count, the core counts every removed
+// instance here, waiting ones included (unknown state, created but not
+// started), so that no attempt (and no log file) is used twice.
 func (p *podState) carryOver(st *v1.ContainerStatus, c *container) {
 	if !couldRestartAll(&p.pod.Spec) {
 		return
@@ -118,7 +126,7 @@ func (p *podState) carryOver(st *v1.ContainerStatus, c *container) {
 	case c.rec.Current == nil:
 		st.RestartCount = old.RestartCount
 		st.LastTerminationState = *old.LastTerminationState.DeepCopy()
-		if p.restarting && old.State.Waiting == nil && !c.rec.Starting && c.rec.Waiting == nil {
+		if p.restarting && old.ContainerID != "" && !c.rec.Starting && c.rec.Waiting == nil {
 			st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonRestartingAllContainers, Message: MessageRestartingAllContainers}}
 			st.LastTerminationState = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
 				Reason: ReasonRestartingAllContainers, Message: MessageRestartingAllContainers, ExitCode: 137,

@@ -220,3 +220,55 @@ func TestRestartAllContainersForgetsFailedStarts(t *testing.T) {
 		})
 	}
 }
+
+// KEP-5532: a container removed while its status shows it waiting with an
+// instance (one the runtime cannot tell the state of, or one created but not
+// started when the agent restarted) counts its restart too: its next
+// instance takes the attempt after the removed one's, where the core once
+// gave it the same attempt again (and so the same log file). Found by
+// FuzzCompute. A crash-looping container, which shows its exit while all
+// restart, counted already.
+func TestRestartAllContainersCountsWaitingInstances(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(m *sim)
+	}{
+		{"in crash-loop back-off", func(m *sim) {
+			m.exit("other", 1)
+			m.step() // the first restart is immediate
+			m.exit("other", 1)
+			m.step()
+			if st := m.status("other"); st.State.Waiting == nil || st.State.Waiting.Reason != ReasonCrashLoopBackOff {
+				t.Fatalf("other: %s, want CrashLoopBackOff", stateString(st.State))
+			}
+		}},
+		{"in an unknown state", func(m *sim) { m.setState("other", StateUnknown) }},
+		{"created, not started", func(m *sim) { m.setState("other", StateCreated) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(policy(v1.RestartPolicyAlways), containers("other", "source"), modify("source", restartAllOn42))
+			m := newSim(t, pod, DefaultConfig())
+			m.settle(5)
+			tc.prepare(m)
+			removed := m.s.Containers["other"].Current.Attempt
+			m.exit("source", 42)
+			m.step() // resets
+			m.settle(5)
+			st := m.status("other")
+			if st.State.Running == nil || st.RestartCount != removed+1 {
+				t.Fatalf("other after the restart: %s count %d, want running with count %d", stateString(st.State), st.RestartCount, removed+1)
+			}
+		})
+	}
+}
+
+// setState changes the state of name's instance, as the runtime would
+// report it, and steps.
+func (m *sim) setState(name string, state ContainerState) {
+	r := m.s.Containers[name]
+	cur := *r.Current
+	cur.State = state
+	r.Current = &cur
+	m.s.Containers[name] = r
+	m.step()
+}
