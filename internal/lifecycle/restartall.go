@@ -38,11 +38,14 @@ func couldRestartAll(spec *v1.PodSpec) bool {
 }
 
 // decideRestartAll sets restarting (a restart of all containers was asked
-// for: published, or a container just exited with a matching code) and
-// resetPending (some container still has to be stopped and removed, or to
-// forget a failed start).
+// for: published, or a container just exited with a matching code),
+// restartUnfinished (some container still has to be stopped and removed,
+// or to forget a failed start) and resetPending (the same in a pod that is
+// not ending, so the removal goes on). An ending pod stops its containers
+// instead, and shows the unfinished restart until it is terminal, as
+// upstream.
 func (p *podState) decideRestartAll(frozen bool) {
-	if frozen || !couldRestartAll(&p.pod.Spec) {
+	if !couldRestartAll(&p.pod.Spec) {
 		return
 	}
 	if c := conditionOf(p.pod.Status.Conditions, v1.AllContainersRestarting); c != nil && c.Status == v1.ConditionTrue {
@@ -58,9 +61,10 @@ func (p *podState) decideRestartAll(frozen bool) {
 	}
 	for _, c := range p.containers {
 		if c.resettable() || c.busy() {
-			p.resetPending = true
+			p.restartUnfinished = true
 		}
 	}
+	p.resetPending = p.restartUnfinished && !frozen
 }
 
 // resettable: c has something a restart of all containers removes. A start
@@ -148,7 +152,7 @@ func (p *podState) allContainersRestarting(phase v1.PodPhase) v1.PodCondition {
 		c.Reason = ReasonPodCompleted
 	case phase == v1.PodFailed:
 		c.Reason = ReasonPodFailed
-	case p.resetPending:
+	case p.restartUnfinished:
 		c.Status, c.Reason, c.Message = v1.ConditionTrue, ReasonRestartAllContainersStarted, messageAllContainersRestarting
 	}
 	return c

@@ -272,3 +272,33 @@ func (m *sim) setState(name string, state ContainerState) {
 	m.s.Containers[name] = r
 	m.step()
 }
+
+// KEP-5532: a pod deleted while its containers are being removed stops
+// the others instead and, as upstream, keeps showing AllContainersRestarting
+// True until it is terminal; the core once turned it False at once.
+func TestRestartAllContainersWhileEnding(t *testing.T) {
+	pod := newPod(policy(v1.RestartPolicyNever), inits("init"), containers("regular", "source"), modify("source", restartAllOn42))
+	pod.Status.Conditions = []v1.PodCondition{{Type: v1.AllContainersRestarting, Status: v1.ConditionTrue, Reason: ReasonRestartAllContainersStarted}}
+	deleted := terminating(Termination{Since: t0, Grace: 30e9})
+	// init is removed already.
+	for _, tc := range []struct {
+		name      string
+		regular   *Instance
+		actions   string
+		condition v1.ConditionStatus
+		reason    string
+	}{
+		{"ending: the others stop, the restart still shows", running("2", 0), "kill regular(28s)", v1.ConditionTrue, ReasonRestartAllContainersStarted},
+		{"ended: terminal, the condition says so", exited("2", 0, 137), "", v1.ConditionFalse, ReasonPodFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Compute(snap(pod, recs{"regular": rec(tc.regular), "source": rec(exited("3", 0, 42))}, deleted))
+			if got := actionsString(p.Actions); got != tc.actions {
+				t.Errorf("actions %q, want %q", got, tc.actions)
+			}
+			if c := condition(t, p, v1.AllContainersRestarting); c.Status != tc.condition || c.Reason != tc.reason {
+				t.Errorf("AllContainersRestarting %s/%s, want %s/%s", c.Status, c.Reason, tc.condition, tc.reason)
+			}
+		})
+	}
+}
