@@ -6,7 +6,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -36,6 +35,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podsource"
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
+	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
@@ -60,7 +60,8 @@ type Agent struct {
 	eventClient kubernetes.Interface
 	node        *node.Manager
 	api         *agentapi.Server
-	runtime     *process.Runtime
+	runtime     runtime.Runtime
+	streams     *process.StreamServer
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
@@ -107,8 +108,17 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	hostIP := "127.0.0.1"
+	if cfg.HostIP != nil {
+		hostIP = cfg.HostIP.String()
+	}
 	agentDir := filepath.Join(cfg.DataDir, "agent")
-	a.runtime, err = process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log})
+	proc, err := process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log, HostIPs: []string{hostIP}})
+	if err != nil {
+		return nil, err
+	}
+	a.runtime = proc
+	a.streams, err = process.NewStreamServer(proc)
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +134,6 @@ func New(cfg Config) (*Agent, error) {
 		return source.Get(uid)
 	}, cfg.Log)
 
-	hostIP := "127.0.0.1"
-	if cfg.HostIP != nil {
-		hostIP = cfg.HostIP.String()
-	}
 	lc := lifecycle.DefaultConfig()
 	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
 	var workers *podworker.Manager
@@ -197,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
 		Logs:         a.workers,
 		Pods:         a.workers.Pods,
+		Streams:      streams{StreamServer: a.streams, runtime: a.runtime},
 		Metrics:      a.metrics,
 		Shutdown:     a.shutdown.Handler(),
 		Log:          cfg.Log,
@@ -238,6 +245,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
 	go a.eviction.Run(ctx)
+	go func() {
+		if err := a.streams.Run(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Error("exec and port-forward sessions stopped", "err", err)
+		}
+	}()
 	go func() {
 		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("agent API stopped", "err", err)
@@ -284,7 +296,7 @@ func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 func (a *Agent) exec(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, error) {
 	out := &limitedBuffer{max: 10 << 10}
 	code, err := a.runtime.Exec(ctx, id, cmd, out, out, timeout)
-	if errors.Is(err, process.ErrExecTimeout) {
+	if runtime.IsTimeout(err) && ctx.Err() == nil {
 		err = fmt.Errorf("%w: %w", probe.ErrTimeout, err)
 	}
 	return out.Bytes(), code, err

@@ -31,8 +31,12 @@ func (s *Server) handler() http.Handler {
 	if s.cfg.Shutdown != nil {
 		mux.Handle("/shutdown", s.cfg.Shutdown)
 	}
-	for _, p := range []string{"/exec/", "/attach/", "/portForward/", "/run/"} {
-		mux.HandleFunc(p, notImplemented)
+	if s.cfg.Streams != nil {
+		s.streamingRoutes(mux)
+	} else {
+		for _, p := range []string{"/exec/", "/attach/", "/portForward/", "/run/"} {
+			mux.HandleFunc(p, notImplemented)
+		}
 	}
 	return s.authorize(mux)
 }
@@ -49,7 +53,7 @@ func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
 }
 
 func notImplemented(w http.ResponseWriter, r *http.Request) {
-	http.Error(w, "podvisor's agent does not implement "+r.URL.Path+" yet: exec, attach, port-forward and run are not supported", http.StatusNotImplemented)
+	http.Error(w, "this agent serves no "+r.URL.Path+": it was started without a runtime for exec, attach, port-forward and run", http.StatusNotImplemented)
 }
 
 // slogPrinter lets promhttp report errors through the server's logger.

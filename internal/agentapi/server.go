@@ -1,6 +1,7 @@
 // Package agentapi is the agent's HTTPS API on the kubelet port: the subset
-// of the kubelet API the kube-apiserver calls (container logs, health,
-// metrics, pods), for clients with a certificate of the cluster CA.
+// of the kubelet API the kube-apiserver calls (container logs, exec, attach,
+// port-forward, run, health, metrics, pods), for clients with a certificate
+// of the cluster CA.
 package agentapi
 
 import (
@@ -18,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/disconnect"
 )
 
 // DefaultAddr is the kubelet's port.
@@ -30,7 +33,8 @@ type Config struct {
 	KeyFile      string // its key, e.g. <pki>/agent-serving.key
 	ClientCAFile string // CA that client certificates must chain to, e.g. <pki>/ca.crt
 	Logs         LogSource
-	Pods         func() []*v1.Pod     // optional: serves /pods
+	Pods         func() []*v1.Pod     // optional: serves /pods; required with Streams
+	Streams      Streams              // optional: serves /exec, /attach, /portForward and /run
 	Metrics      *prometheus.Registry // optional: serves /metrics
 	Shutdown     http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
 	Clock        clock.Clock          // optional: "now" for sinceSeconds
@@ -62,6 +66,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("agent API: client CA file is required")
 	case cfg.Logs == nil:
 		return nil, errors.New("agent API: a log source is required")
+	case cfg.Streams != nil && cfg.Pods == nil:
+		return nil, errors.New("agent API: streams need the pods to find containers in")
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
 	if err != nil {
@@ -93,7 +99,8 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("agent API: %w", err)
 	}
-	s.ln = ln
+	// Exec sessions end with the client's connection, also once upgraded.
+	s.ln = disconnect.Listener(ln)
 	return nil
 }
 
@@ -121,6 +128,7 @@ func (s *Server) Run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnContext:       disconnect.ConnContext,
 		// TLS handshake failures (a client without a certificate) are routine.
 		ErrorLog: slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelDebug),
 	}

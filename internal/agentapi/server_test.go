@@ -327,7 +327,7 @@ func TestOtherEndpoints(t *testing.T) {
 		t.Errorf("/pods: %d %q (%v)", code, body, err)
 	}
 	for _, p := range []string{"/exec/default/web/app?command=ls", "/attach/default/web/app", "/portForward/default/web"} {
-		if code, body := get(t, c, ts.url+p); code != http.StatusNotImplemented || !strings.Contains(body, "not supported") {
+		if code, body := get(t, c, ts.url+p); code != http.StatusNotImplemented || !strings.Contains(body, "without a runtime for exec") {
 			t.Errorf("%s: %d %q", p, code, body)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -23,7 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
-	"github.com/podvisor/podvisor/internal/imagetar"
+	"github.com/podvisor/podvisor/internal/imagebuild"
 )
 
 func criRuntime(t *testing.T, p *Process) criapi.RuntimeService {
@@ -59,20 +58,19 @@ func connect(t *testing.T, n *testNode) *Client {
 const busyboxRef = "podvisor.test/busybox:1"
 
 // busyboxImage is Debian's static busybox with the applets the tests use.
-func busyboxImage(t *testing.T) imagetar.Image {
+func busyboxImage(t *testing.T) imagebuild.Image {
 	t.Helper()
 	bb, err := os.ReadFile("/bin/busybox")
 	if err != nil {
 		t.Skip("needs Debian's busybox-static:", err)
 	}
-	img := imagetar.Image{
-		Ref:   busyboxRef,
-		Files: []imagetar.File{{Path: "/bin/busybox", Mode: 0o755, Data: bb}},
-		Cmd:   []string{"sh"},
-		Env:   []string{"PATH=/bin"},
+	img := imagebuild.Image{
+		Names:  []string{busyboxRef},
+		Files:  []imagebuild.File{imagebuild.Regular("/bin/busybox", 0o755, bb)},
+		Config: imagebuild.Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}},
 	}
 	for _, applet := range []string{"sh", "echo", "sleep", "cat", "ls"} {
-		img.Files = append(img.Files, imagetar.File{Path: "/bin/" + applet, Mode: fs.ModeSymlink, Link: "busybox"})
+		img.Files = append(img.Files, imagebuild.Symlink("/bin/"+applet, "busybox"))
 	}
 	return img
 }
@@ -150,12 +148,12 @@ func TestImportArchivesInEveryFormat(t *testing.T) {
 	img := busyboxImage(t)
 
 	var docker, oci bytes.Buffer
-	img.Ref = "podvisor.test/docker:plain"
-	if err := imagetar.WriteDocker(&docker, img); err != nil {
+	img.Names = []string{"podvisor.test/docker:plain"}
+	if err := img.WriteArchive(&docker, imagebuild.Docker); err != nil {
 		t.Fatal(err)
 	}
-	img.Ref = "podvisor.test/oci:gz"
-	if err := imagetar.WriteOCI(&oci, img); err != nil {
+	img.Names = []string{"podvisor.test/oci:gz"}
+	if err := img.WriteArchive(&oci, imagebuild.OCI); err != nil {
 		t.Fatal(err)
 	}
 	var gz bytes.Buffer
@@ -164,8 +162,8 @@ func TestImportArchivesInEveryFormat(t *testing.T) {
 	zw.Close()
 
 	oci.Reset()
-	img.Ref = "busybox:zst" // a short name: normalized as docker does
-	if err := imagetar.WriteOCI(&oci, img); err != nil {
+	img.Names = []string{"busybox:zst"} // a short name: normalized as docker does
+	if err := img.WriteArchive(&oci, imagebuild.OCI); err != nil {
 		t.Fatal(err)
 	}
 	var zst bytes.Buffer
@@ -359,7 +357,7 @@ func importBusybox(t *testing.T, n *testNode) {
 func importBusyboxAt(t *testing.T, dataDir string) {
 	t.Helper()
 	var b bytes.Buffer
-	if err := imagetar.WriteOCI(&b, busyboxImage(t)); err != nil {
+	if err := busyboxImage(t).WriteArchive(&b, imagebuild.OCI); err != nil {
 		t.Fatal(err)
 	}
 	c, err := Connect(context.Background(), dataDir)
@@ -411,7 +409,7 @@ func waitContainer(t *testing.T, rs criapi.RuntimeService, id string, state runt
 func TestContainersOutliveAKilledPodvisor(t *testing.T) {
 	needRoot(t)
 	o := testOptions(t, t.TempDir())
-	podvisor := exec.Command(o.Executable, "podvisor", o.DataDir, o.Shim, o.Pause)
+	podvisor := exec.Command(o.Executable, "podvisor", o.DataDir, o.Shim)
 	out, err := podvisor.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

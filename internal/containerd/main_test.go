@@ -21,8 +21,8 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "containerd" {
 		os.Exit(Main(os.Args[2:]))
 	}
-	if len(os.Args) == 5 && os.Args[1] == "podvisor" {
-		o := Options{DataDir: os.Args[2], Shim: os.Args[3], Pause: os.Args[4], PodCIDR: testPodCIDR}
+	if len(os.Args) == 4 && os.Args[1] == "podvisor" {
+		o := Options{DataDir: os.Args[2], Shim: os.Args[3], PodCIDR: testPodCIDR}
 		p, err := Start(context.Background(), o)
 		if err != nil {
 			fmt.Println(err)
@@ -53,9 +53,9 @@ var (
 	binsErr  error
 )
 
-// bins builds the shim and the pause binary once per test binary, as
-// podvisor's README builds them next to podvisor.
-func bins(t *testing.T) (shim, pause string) {
+// shimBinary builds the runc shim once per test binary, as podvisor's
+// README builds it next to podvisor.
+func shimBinary(t *testing.T) string {
 	t.Helper()
 	binsOnce.Do(func() {
 		binsDir, binsErr = os.MkdirTemp("", "podvisor-containerd-bins-")
@@ -63,8 +63,7 @@ func bins(t *testing.T) (shim, pause string) {
 			return
 		}
 		cmd := exec.Command("go", "build", "-o", binsDir+"/",
-			"github.com/podvisor/podvisor/cmd/"+ShimBinary,
-			"github.com/podvisor/podvisor/cmd/"+PauseBinary)
+			"github.com/podvisor/podvisor/cmd/"+ShimBinary)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binsErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -72,12 +71,12 @@ func bins(t *testing.T) (shim, pause string) {
 	if binsErr != nil {
 		t.Fatal(binsErr)
 	}
-	return filepath.Join(binsDir, ShimBinary), filepath.Join(binsDir, PauseBinary)
+	return filepath.Join(binsDir, ShimBinary)
 }
 
 // testOptions are the options of a test's containerd in dataDir.
 func testOptions(t *testing.T, dataDir string) Options {
-	shim, pause := bins(t)
+	shim := shimBinary(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +85,6 @@ func testOptions(t *testing.T, dataDir string) Options {
 		DataDir:    dataDir,
 		Executable: exe,
 		Shim:       shim,
-		Pause:      pause,
 		PodCIDR:    testPodCIDR,
 		Timeout:    2 * time.Minute, // a loaded 2-core machine
 	}

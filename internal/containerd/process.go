@@ -31,17 +31,16 @@ import (
 	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
+
+	"github.com/podvisor/podvisor/internal/pause"
 )
 
 // SandboxImage is the pause image of every pod sandbox, pinned: the
 // kubelet v1.36's default, which podvisor builds offline if it is missing.
-const SandboxImage = "registry.k8s.io/pause:3.10.2"
+const SandboxImage = pause.ImageName
 
-// Binaries podvisor looks for next to its own executable, then in PATH.
-const (
-	ShimBinary  = "containerd-shim-runc-v2"
-	PauseBinary = "podvisor-pause"
-)
+// ShimBinary is looked for next to podvisor's own executable, then in PATH.
+const ShimBinary = "containerd-shim-runc-v2"
 
 // Options configure Start. Only DataDir is required.
 type Options struct {
@@ -56,9 +55,6 @@ type Options struct {
 	// Runc is the OCI runtime. Default: /usr/sbin/runc, /usr/bin/runc, then
 	// PATH (Debian's runc package).
 	Runc string
-	// Pause is the static pause binary packed into SandboxImage when that
-	// image is missing. Default: podvisor-pause next to Executable, then PATH.
-	Pause string
 	// CNIBinDirs are searched for the CNI plugins. Default: /usr/lib/cni
 	// (Debian's containernetworking-plugins), /opt/cni/bin.
 	CNIBinDirs []string
@@ -157,7 +153,7 @@ func (p *Process) setUp(ctx context.Context, o Options) error {
 		return fmt.Errorf("containerd: %w", err)
 	}
 	defer c.Close()
-	if err := c.ensureSandboxImage(ctx, SandboxImage, o.Pause); err != nil {
+	if err := c.ensureSandboxImage(ctx); err != nil {
 		return err
 	}
 	for _, r := range c.ImportDir(ctx, p.paths.Images) {
@@ -207,10 +203,6 @@ func (o Options) complete() (Options, Paths, error) {
 	}
 	if !isExecutable(o.Runc) {
 		return o, paths, fmt.Errorf("runc %s is not an executable file (Debian: apt-get install runc)", o.Runc)
-	}
-	if o.Pause == "" {
-		// Needed only when the sandbox image is missing: looked for then.
-		o.Pause, _ = findBeside(o.Executable, PauseBinary)
 	}
 	if len(o.CNIBinDirs) == 0 {
 		o.CNIBinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/podvisor/podvisor/internal/diskusage"
 	"github.com/podvisor/podvisor/internal/runtime"
-	"github.com/podvisor/podvisor/internal/runtime/process"
 )
 
 // Host reads the node's signals.
@@ -131,9 +130,9 @@ func readInt(path string) (int64, bool) {
 	return n, err == nil
 }
 
-// PodMeter measures pods of the process runtime.
+// PodMeter measures pods through their runtime.
 type PodMeter struct {
-	Runtime *process.Runtime
+	Runtime runtime.Runtime
 	PodDir  func(*v1.Pod) string
 }
 
@@ -162,12 +161,12 @@ func (pm PodMeter) Stats(ctx context.Context, pods []*v1.Pod) StatsFunc {
 			if !ok {
 				continue
 			}
-			u, _ := pm.Runtime.Usage(s.ID)
+			u, _ := pm.Runtime.Usage(ctx, s.ID)
 			logs := diskusage.Of(filepath.Join(dir, name))
 			ps.Containers = append(ps.Containers, ContainerStats{
 				Name: name, MemoryWorkingSet: u.MemoryWorkingSet,
 				LogsBytes: logs.Bytes, LogsInodes: logs.Inodes,
-				RootfsBytes: u.Writable.Bytes, RootfsInodes: u.Writable.Inodes,
+				RootfsBytes: u.WritableBytes, RootfsInodes: u.WritableInodes,
 			})
 			if s.State == runtime.StateRunning {
 				ps.Processes += u.Processes

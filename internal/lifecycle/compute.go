@@ -26,10 +26,12 @@ type podState struct {
 	initialized bool
 	// ending: the pod will start nothing more, only stop what runs.
 	ending bool
-	// restarting: all containers restart (KEP-5532); resetPending: some are
-	// still to be stopped and removed first.
-	restarting   bool
-	resetPending bool
+	// restarting: all containers restart (KEP-5532); restartUnfinished:
+	// some are still to be stopped and removed first; resetPending: and the
+	// pod is not ending, so they are.
+	restarting        bool
+	restartUnfinished bool
+	resetPending      bool
 }
 
 // Compute decides, from what is known of one pod now, the status to publish

@@ -26,6 +26,15 @@ import (
 //     a start's attempt is the previous one plus one; an exited container
 //     is started again only if its restart policy says so (§4);
 //   - init containers start in order, regular ones after initialization (§11);
+//     a regular init container never runs again once the pod is initialized,
+//     unless all containers were restarted since (KEP-5532);
+//   - a restart of all containers (KEP-5532) follows an exit its first
+//     matching rule asks it for, in a pod that is not ending; it resets only
+//     containers with an instance or a failed start, with nothing else in
+//     the plan, and starts nothing until every container is removed, after
+//     which the pod starts again from its first init container; an
+//     instance's attempt is always above every earlier one's of its
+//     container (fuzz_restartall_test.go);
 //   - nothing is killed twice at once or after it exited; a kill's grace is
 //     never negative; sidecars stop after the others, in reverse order (§8);
 //   - every container has a status with exactly one state (§3);
@@ -81,8 +90,10 @@ const fuzzGate = v1.PodConditionType("example.com/gate")
 
 // fuzzPod is an API-valid pod: 0–3 init containers (some sidecars), 1–3
 // regular ones, probes where the API allows them, pod and container restart
-// policies, grace periods from 0 to the int64 limit, active deadlines from 1
-// to the int32 limit, maybe a readiness gate.
+// policies and rules, in a third of the pods rules that restart all
+// containers on init, sidecar and regular containers, grace periods from 0
+// to the int64 limit, active deadlines from 1 to the int32 limit, maybe a
+// readiness gate.
 func fuzzPod(r *fuzzBytes) *v1.Pod {
 	p := newPod()
 	p.Spec.RestartPolicy = pick(r, v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever, "")
@@ -92,6 +103,7 @@ func fuzzPod(r *fuzzBytes) *v1.Pod {
 	if r.bool() {
 		p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: fuzzGate}}
 	}
+	restartAll := r.intn(3) == 0 // some containers restart all (KEP-5532)
 	probe := func() *v1.Probe {
 		if r.intn(3) != 0 {
 			return nil
@@ -104,6 +116,12 @@ func fuzzPod(r *fuzzBytes) *v1.Pod {
 		if r.bool() { // a sidecar: the only init container that may have probes
 			c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
 			c.StartupProbe, c.ReadinessProbe, c.LivenessProbe = probe(), probe(), probe()
+		}
+		if restartAll && r.bool() { // rules need a container restartPolicy
+			if c.RestartPolicy == nil {
+				c.RestartPolicy = ptr.To(pick(r, v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyOnFailure))
+			}
+			c.RestartPolicyRules = fuzzRestartAllRules(r)
 		}
 		p.Spec.InitContainers = append(p.Spec.InitContainers, c)
 	}
@@ -123,6 +141,12 @@ func fuzzPod(r *fuzzBytes) *v1.Pod {
 				ExitCodes: &v1.ContainerRestartRuleOnExitCodes{
 					Operator: pick(r, v1.ContainerRestartRuleOnExitCodesOpIn, v1.ContainerRestartRuleOnExitCodesOpNotIn),
 					Values:   []int32{pick[int32](r, 0, 1, 42, 137)}}}}
+		}
+		if restartAll && r.intn(3) == 0 {
+			if c.RestartPolicy == nil {
+				c.RestartPolicy = ptr.To(pick(r, v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyAlways))
+			}
+			c.RestartPolicyRules = append(c.RestartPolicyRules, fuzzRestartAllRules(r)...)
 		}
 		p.Spec.Containers = append(p.Spec.Containers, c)
 	}
@@ -147,12 +171,20 @@ type fuzzWorld struct {
 	starts   map[string]*fuzzStart
 	steps    int
 	deletion *int64 // deletionGracePeriodSeconds once deleted
+	gone     bool   // force-deleted: the API object is gone
 
 	restarts map[string]int32
 	exits    map[string]v1.ContainerStateTerminated // by container ID
 	terminal v1.PodPhase
 	gate     *v1.PodCondition // the readiness gate condition another writer set
 	history  []string         // what happened, for failure messages
+
+	// Restart of all containers (KEP-5532).
+	resets    map[string]bool  // a reset in flight, by container
+	resetting bool             // a reset was planned and some container is not removed yet
+	tried     map[string]bool  // containers started since the pod (re)started from its first init container
+	regular   bool             // a regular container was started since then: the pod is initialized
+	created   map[string]int32 // the attempt of the newest instance ever created, by container
 }
 
 func newFuzzWorld(t *testing.T, r *fuzzBytes) *fuzzWorld {
@@ -167,6 +199,7 @@ func newFuzzWorld(t *testing.T, r *fuzzBytes) *fuzzWorld {
 			Containers: map[string]ContainerRecord{}, Probes: map[string]ProbeState{}},
 		hook: map[string]bool{}, starts: map[string]*fuzzStart{},
 		restarts: map[string]int32{}, exits: map[string]v1.ContainerStateTerminated{},
+		resets: map[string]bool{}, tried: map[string]bool{}, created: map[string]int32{},
 	}
 	for _, c := range allContainers(pod) {
 		w.hook[c.Name] = r.bool()
@@ -198,6 +231,9 @@ func podSummary(pod *v1.Pod) string {
 		}
 		if c.ReadinessProbe != nil {
 			b.WriteString("+readiness")
+		}
+		for _, r := range c.RestartPolicyRules {
+			fmt.Fprintf(&b, "[%s %s %v]", r.Action, r.ExitCodes.Operator, r.ExitCodes.Values)
 		}
 	}
 	return b.String()
@@ -254,7 +290,11 @@ func (w *fuzzWorld) event() {
 		}
 	case 10:
 		if name, ok := w.pickWhere(func(r fuzzRecord) bool { return r.Stopping }); ok {
-			w.completeKill(name, pick[int32](w.r, 137, 143, 0))
+			if w.resets[name] {
+				w.progressReset(name)
+			} else {
+				w.completeKill(name, pick[int32](w.r, 137, 143, 0))
+			}
 		}
 	case 11, 12:
 		if name, ok := w.pickWhere(func(r fuzzRecord) bool { return r.Current != nil && r.Current.State == StateRunning }); ok {
@@ -325,8 +365,14 @@ func (w *fuzzWorld) step() Plan {
 		case ActionStart:
 			r.Starting = true
 			w.starts[a.Container] = &fuzzStart{attempt: a.Attempt}
+			w.tried[a.Container] = true
+			w.regular = w.regular || !a.Init
 		case ActionKill:
 			r.Stopping = true
+		case ActionReset:
+			r.Stopping = true
+			w.resets[a.Container] = true
+			w.resetting = true
 		}
 		w.s.Containers[a.Container] = r
 	}
@@ -367,6 +413,7 @@ func (w *fuzzWorld) progressStart(name string, choice int) {
 				CreatedAt: w.s.Now, PostStartDone: !w.hook[name]}
 			r.Waiting, r.WaitingSince = nil, time.Time{}
 			delete(w.s.Probes, name) // the probe manager starts afresh for a new instance
+			w.created[name] = st.attempt
 			st.stage = 1
 			w.logf("created %s %s#%d", name, r.Current.ID, st.attempt)
 		}
@@ -482,6 +529,7 @@ func findSpec(pod *v1.Pod, name string) (*v1.Container, bool) {
 // shorter one shortens the termination in progress (§8).
 func (w *fuzzWorld) delete(grace *int64) {
 	g := time.Duration(0)
+	w.gone = w.gone || grace == nil
 	if grace != nil {
 		g = Seconds(*grace)
 		if w.s.Pod.DeletionTimestamp == nil {
@@ -535,7 +583,8 @@ func (w *fuzzWorld) setGate(status v1.ConditionStatus) {
 // agentRestart: a new worker for the pod, as after an agent restart. What
 // was in flight is forgotten (an instance already created stays, its
 // postStart counted done), so are waiting reasons, back-off and probe
-// results; a deletion restarts its termination with the full grace (§8.7).
+// results; a deletion restarts its termination with the full grace (§8.7),
+// and a pod whose object is gone only has what is left stopped.
 func (w *fuzzWorld) agentRestart() {
 	for name, r := range w.s.Containers {
 		r.Starting, r.Stopping = false, false
@@ -548,11 +597,15 @@ func (w *fuzzWorld) agentRestart() {
 		w.s.Containers[name] = r
 	}
 	w.starts = map[string]*fuzzStart{}
+	w.resets = map[string]bool{}
 	w.s.BackOff = nil
 	w.s.Probes = map[string]ProbeState{}
 	w.s.Termination = nil
-	if w.deletion != nil {
+	switch {
+	case w.deletion != nil:
 		w.s.Termination = &Termination{Since: w.s.Now, Grace: Seconds(*w.deletion)}
+	case w.gone:
+		w.s.Termination = &Termination{Since: w.s.Now}
 	}
 	w.logf("agent restart")
 }
@@ -573,6 +626,9 @@ func (w *fuzzWorld) drain() {
 		for _, name := range w.names() {
 			for w.starts[name] != nil {
 				w.progressStart(name, 0)
+			}
+			for w.resets[name] {
+				w.progressReset(name)
 			}
 			w.completeKill(name, 137)
 		}
@@ -708,6 +764,8 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 		index[n] = i
 	}
 	deadline, hasDeadline := activeDeadline(in)
+	ending := in.Termination != nil || isTerminal(prev.Phase) || (hasDeadline && !in.Now.Before(deadline))
+	w.checkResets(in, prev, p, ending)
 	for _, a := range p.Actions {
 		r := in.Containers[a.Container]
 		c, ok := findSpec(in.Pod, a.Container)
@@ -736,7 +794,15 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 			if hasDeadline && !in.Now.Before(deadline) {
 				w.failf("start of %s past the active deadline", a.Container)
 			}
-			want := int32(0)
+			if w.resetting {
+				w.failf("start of %s while a restart of all containers is under way", a.Container)
+			}
+			if isInit && !isSidecar(c) && w.regular {
+				w.failf("init container %s runs again after the pod was initialized, with no restart of all containers since", a.Container)
+			}
+			// A container never tried, or removed by a restart of all
+			// containers, starts with the restartCount it shows.
+			want := w.restarts[a.Container]
 			if r.Current != nil {
 				want = r.Current.Attempt + 1
 				if !fuzzMayRestart(in.Pod, c, isInit, r.Current.ExitCode) {
@@ -745,6 +811,9 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 			}
 			if a.Attempt != want {
 				w.failf("start of %s with attempt %d, want %d", a.Container, a.Attempt, want)
+			}
+			if last, ok := w.created[a.Container]; ok && a.Attempt <= last {
+				w.failf("start of %s with attempt %d, not above its earlier instance's %d", a.Container, a.Attempt, last)
 			}
 			w.checkStartOrder(in, a, isInit)
 		case ActionKill:
@@ -767,6 +836,13 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 						w.failf("sidecar %s stopped while %s is alive", a.Container, other.Name)
 					}
 				}
+			}
+		case ActionReset:
+			if r.Current == nil && r.Waiting == nil {
+				w.failf("reset of %s, which has neither an instance nor a failed start", a.Container)
+			}
+			if ending {
+				w.failf("reset of %s in a terminating or terminal pod", a.Container)
 			}
 		default:
 			w.failf("action of unknown kind %v", a.Kind)
@@ -791,23 +867,24 @@ func (w *fuzzWorld) checkStartOrder(in Snapshot, a Action, isInit bool) {
 		if isSidecar(&ic) {
 			started := cur != nil && cur.State == StateRunning && cur.PostStartDone && !r.Starting &&
 				(ic.StartupProbe == nil || in.Probes[ic.Name].Started)
-			if !started && !anyRegularTried(in) {
+			if !started && !w.anyRegularTried(in) {
 				w.failf("start of %s before sidecar %s started", a.Container, ic.Name)
 			}
 			continue
 		}
-		if (cur == nil || cur.State != StateExited || cur.ExitCode != 0) && !anyRegularTried(in) {
+		if (cur == nil || cur.State != StateExited || cur.ExitCode != 0) && !w.anyRegularTried(in) {
 			w.failf("start of %s before init container %s completed", a.Container, ic.Name)
 		}
 	}
 }
 
-// anyRegularTried: a regular container was tried already, after which init
-// containers do not hold anything back (they are not run again).
-func anyRegularTried(in Snapshot) bool {
+// anyRegularTried: a regular container was tried already since the pod
+// (re)started from its first init container, after which init containers do
+// not hold anything back (they are not run again).
+func (w *fuzzWorld) anyRegularTried(in Snapshot) bool {
 	for _, c := range in.Pod.Spec.Containers {
 		r := in.Containers[c.Name]
-		if r.Current != nil || r.Waiting != nil || r.Starting {
+		if (r.Current != nil || r.Waiting != nil || r.Starting) && w.tried[c.Name] {
 			return true
 		}
 	}
@@ -815,8 +892,14 @@ func anyRegularTried(in Snapshot) bool {
 }
 
 // fuzzMayRestart is §4 and §11 read from the spec, independently of
-// wantsRestart: may c be started again after exiting with code?
+// wantsRestart: may c be started again in place after exiting with code?
+// Not when its first matching rule restarts all containers: it is then
+// removed and started afresh with the others (KEP-5532).
 func fuzzMayRestart(pod *v1.Pod, c *v1.Container, isInit bool, code int32) bool {
+	rule := fuzzMatchingRule(c, code)
+	if rule != nil && rule.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+		return false
+	}
 	if isInit && isSidecar(c) {
 		return true
 	}
@@ -825,16 +908,8 @@ func fuzzMayRestart(pod *v1.Pod, c *v1.Container, isInit bool, code int32) bool 
 	}
 	policy := string(pod.Spec.RestartPolicy)
 	if c.RestartPolicy != nil {
-		for _, r := range c.RestartPolicyRules {
-			if e := r.ExitCodes; e != nil {
-				in := false
-				for _, v := range e.Values {
-					in = in || v == code
-				}
-				if in == (e.Operator == v1.ContainerRestartRuleOnExitCodesOpIn) {
-					return true
-				}
-			}
+		if rule != nil {
+			return true
 		}
 		policy = string(*c.RestartPolicy)
 	}

@@ -144,6 +144,8 @@ func actionsString(as []Action) string {
 			out += fmt.Sprintf("kill %s(%s)", a.Container, a.Grace)
 		case ActionReset:
 			out += "reset " + a.Container
+		case ActionRunSandbox:
+			out += "sandbox"
 		default:
 			out += "?" + a.Container
 		}

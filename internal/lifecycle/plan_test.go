@@ -15,6 +15,7 @@ func TestPlanActions(t *testing.T) {
 			KillMessage: "Container c1 failed liveness probe, will be restarted"}})
 	}
 	grace10 := func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](10) }
+	noSandbox := func(s *Snapshot) { s.SandboxReady = false }
 	rules := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) podOpt {
 		return modify("c1", func(c *v1.Container) {
 			c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyNever)
@@ -110,8 +111,21 @@ func TestPlanActions(t *testing.T) {
 				s.BackOff = map[string]BackOffEntry{"c1": {Delay: 40 * time.Second, LastUpdate: t0}}
 			}},
 			want: ""},
-		{name: "sandbox not ready: nothing starts",
-			pod: newPod(containers("c1")), mods: []func(*Snapshot){func(s *Snapshot) { s.SandboxReady = false }}, want: ""},
+		{name: "no sandbox: it is made first, nothing starts",
+			pod: newPod(containers("c1", "c2")), mods: []func(*Snapshot){noSandbox}, want: "sandbox"},
+		{name: "no sandbox, init containers: it is made first, nothing starts",
+			pod: newPod(inits("i1"), containers("c1")), mods: []func(*Snapshot){noSandbox}, want: "sandbox"},
+		{name: "sandbox lost, Never pod with its containers done: no new sandbox",
+			pod: newPod(containers("c1"), policy(v1.RestartPolicyNever)), recs: recs{"c1": rec(exited("c", 0, 1))},
+			mods: []func(*Snapshot){noSandbox}, want: ""},
+		{name: "sandbox lost, Always pod: a new sandbox before the restart",
+			pod: newPod(containers("c1")), recs: recs{"c1": rec(exited("c", 0, 1))},
+			mods: []func(*Snapshot){noSandbox}, want: "sandbox"},
+		{name: "sandbox lost while a restart waits in back-off: none until it is due",
+			pod: newPod(containers("c1")), recs: recs{"c1": rec(exited("c", 0, 1))},
+			mods: []func(*Snapshot){noSandbox, func(s *Snapshot) {
+				s.BackOff = map[string]BackOffEntry{"c1": {Delay: 40 * time.Second, LastUpdate: t0}}
+			}}, want: ""},
 		// Probes (§6).
 		{name: "§6: liveness failure -> kill with the probe's grace",
 			pod: newPod(containers("c1")), recs: recs{"c1": rec(running("c", 0))},
@@ -338,5 +352,27 @@ func TestSeconds(t *testing.T) {
 		if got := Seconds(tc.n); got != tc.want {
 			t.Errorf("Seconds(%d) = %v, want %v", tc.n, got, tc.want)
 		}
+	}
+}
+
+// A restart held up by the missing sandbox takes no back-off step: the
+// step is taken when it really starts, so the delay doubles once, not twice.
+func TestNoSandboxTakesNoBackOffStep(t *testing.T) {
+	pod := newPod(containers("c1"))
+	s := snap(pod, recs{"c1": rec(exited("c", 0, 1))}, func(s *Snapshot) { s.SandboxReady = false })
+	p := Compute(s)
+	if got := actionsString(p.Actions); got != "sandbox" {
+		t.Fatalf("actions = %q, want sandbox", got)
+	}
+	if e, ok := p.BackOff["c1"]; ok {
+		t.Errorf("back-off entry %+v recorded without a start", e)
+	}
+	s.SandboxReady = true
+	p = Compute(s)
+	if got := actionsString(p.Actions); got != "start c1#1" {
+		t.Fatalf("actions = %q once the sandbox is ready, want start c1#1", got)
+	}
+	if _, ok := p.BackOff["c1"]; !ok {
+		t.Errorf("no back-off entry after the restart")
 	}
 }

@@ -11,9 +11,10 @@ import (
 // 2 s minimum) and removed, as upstream does; once none is left the
 // condition goes False and the pod starts again as if new: init containers
 // from the first, then sidecars and regular containers. Each container that
-// had run counts one restart, and shows the removal as its last state. The
-// published condition carries the decision from one Compute to the next; the
-// removal of the triggering instance is what ends it, so there is no loop.
+// had an instance counts one restart, and shows the removal as its last
+// state. The published condition carries the decision from one Compute to
+// the next; the removal of the triggering instance is what ends it, so there
+// is no loop.
 const (
 	ReasonRestartingAllContainers     = "RestartingAllContainers"
 	ReasonRestartAllContainersStarted = "RestartAllContainersStarted"
@@ -37,10 +38,14 @@ func couldRestartAll(spec *v1.PodSpec) bool {
 }
 
 // decideRestartAll sets restarting (a restart of all containers was asked
-// for: published, or a container just exited with a matching code) and
-// resetPending (some container still has to be stopped and removed).
+// for: published, or a container just exited with a matching code),
+// restartUnfinished (some container still has to be stopped and removed,
+// or to forget a failed start) and resetPending (the same in a pod that is
+// not ending, so the removal goes on). An ending pod stops its containers
+// instead, and shows the unfinished restart until it is terminal, as
+// upstream.
 func (p *podState) decideRestartAll(frozen bool) {
-	if frozen || !couldRestartAll(&p.pod.Spec) {
+	if !couldRestartAll(&p.pod.Spec) {
 		return
 	}
 	if c := conditionOf(p.pod.Status.Conditions, v1.AllContainersRestarting); c != nil && c.Status == v1.ConditionTrue {
@@ -55,11 +60,18 @@ func (p *podState) decideRestartAll(frozen bool) {
 		return
 	}
 	for _, c := range p.containers {
-		if c.rec.Current != nil || c.busy() {
-			p.resetPending = true
+		if c.resettable() || c.busy() {
+			p.restartUnfinished = true
 		}
 	}
+	p.resetPending = p.restartUnfinished && !frozen
 }
+
+// resettable: c has something a restart of all containers removes. A start
+// that failed before any instance existed (rec.Waiting) counts: left in
+// place, it would mark the restarted pod as initialized (a regular
+// container tried), and the init containers would not run again.
+func (c *container) resettable() bool { return c.rec.Current != nil || c.rec.Waiting != nil }
 
 // planReset stops and removes every container, in upstream's order: the
 // others first (regular before init), the ones whose exit triggered the
@@ -67,7 +79,7 @@ func (p *podState) decideRestartAll(frozen bool) {
 func (p *podState) planReset() []Action {
 	var sources, regular, init []Action
 	for _, c := range p.containers {
-		if c.rec.Current == nil || c.busy() {
+		if !c.resettable() || c.busy() {
 			continue
 		}
 		a := Action{Kind: ActionReset, Container: c.name(), Init: c.init, Message: "Stopping container " + c.name()}
@@ -97,8 +109,15 @@ func (p *podState) planReset() []Action {
 // carryOver fills, in a pod that can restart all its containers, what the
 // removed instances no longer tell: a container without an instance keeps
 // its published restart count and last state, and the one removed by this
-// restart shows waiting RestartingAllContainers with one restart more; a
-// new instance without a predecessor shows the removal as its last state.
+// restart (its published status still names an instance) shows waiting
+// RestartingAllContainers with one restart more; a new instance without a
+// predecessor shows the removal as its last state.
+//
+// Upstream counts the restart in the status only for a container that was
+// not waiting, and gives the new instance one more than its log directory
+// holds; with no log directory to count, the core counts every removed
+// instance here, waiting ones included (unknown state, created but not
+// started), so that no attempt (and no log file) is used twice.
 func (p *podState) carryOver(st *v1.ContainerStatus, c *container) {
 	if !couldRestartAll(&p.pod.Spec) {
 		return
@@ -111,7 +130,7 @@ func (p *podState) carryOver(st *v1.ContainerStatus, c *container) {
 	case c.rec.Current == nil:
 		st.RestartCount = old.RestartCount
 		st.LastTerminationState = *old.LastTerminationState.DeepCopy()
-		if p.restarting && old.State.Waiting == nil && !c.rec.Starting && c.rec.Waiting == nil {
+		if p.restarting && old.ContainerID != "" && !c.rec.Starting && c.rec.Waiting == nil {
 			st.State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: ReasonRestartingAllContainers, Message: MessageRestartingAllContainers}}
 			st.LastTerminationState = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
 				Reason: ReasonRestartingAllContainers, Message: MessageRestartingAllContainers, ExitCode: 137,
@@ -133,7 +152,7 @@ func (p *podState) allContainersRestarting(phase v1.PodPhase) v1.PodCondition {
 		c.Reason = ReasonPodCompleted
 	case phase == v1.PodFailed:
 		c.Reason = ReasonPodFailed
-	case p.resetPending:
+	case p.restartUnfinished:
 		c.Status, c.Reason, c.Message = v1.ConditionTrue, ReasonRestartAllContainersStarted, messageAllContainersRestarting
 	}
 	return c

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -177,5 +178,127 @@ func TestRestartAllContainersNotWhileTerminating(t *testing.T) {
 		if a.Kind == ActionReset {
 			t.Fatalf("reset while terminating: %s", actionsString(p.Actions))
 		}
+	}
+}
+
+// KEP-5532: a container whose start failed before any instance existed
+// (CreateContainerConfigError) forgets it in the restart too. Kept, it made
+// the restarted pod count as initialized (a regular container tried), so
+// sidecars and regular containers started at once and the init containers
+// never ran again. Found by FuzzCompute.
+func TestRestartAllContainersForgetsFailedStarts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pod   *v1.Pod
+		first string // the first start after the removal
+	}{
+		{"init container", newPod(policy(v1.RestartPolicyNever), inits("init"), containers("failed", "source"), modify("source", restartAllOn42)), "start init#1"},
+		{"sidecar", newPod(policy(v1.RestartPolicyNever), sidecars("sidecar"), containers("failed", "source"), modify("source", restartAllOn42)), "start sidecar#1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newSim(t, tc.pod, DefaultConfig())
+			m.settle(10)
+			if tc.first == "start init#1" {
+				m.exit("init", 0)
+				m.settle(10)
+			}
+			m.s.Containers["failed"] = ContainerRecord{Waiting: &v1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `configmap "x" not found`}, WaitingSince: m.s.Now}
+			m.exit("source", 42)
+			p := m.step()
+			var reset []string
+			for _, a := range p.Actions {
+				reset = append(reset, a.Container)
+			}
+			if !slices.Contains(reset, "failed") {
+				t.Fatalf("actions %s: the failed start is not reset", actionsString(p.Actions))
+			}
+			m.step()
+			m.expectActions(tc.first)
+			if st := m.status("failed"); st.State.Waiting == nil || st.State.Waiting.Reason == "CreateContainerConfigError" {
+				t.Fatalf("failed after the removal: %s, want waiting for the init containers", stateString(st.State))
+			}
+		})
+	}
+}
+
+// KEP-5532: a container removed while its status shows it waiting with an
+// instance (one the runtime cannot tell the state of, or one created but not
+// started when the agent restarted) counts its restart too: its next
+// instance takes the attempt after the removed one's, where the core once
+// gave it the same attempt again (and so the same log file). Found by
+// FuzzCompute. A crash-looping container, which shows its exit while all
+// restart, counted already.
+func TestRestartAllContainersCountsWaitingInstances(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		prepare func(m *sim)
+	}{
+		{"in crash-loop back-off", func(m *sim) {
+			m.exit("other", 1)
+			m.step() // the first restart is immediate
+			m.exit("other", 1)
+			m.step()
+			if st := m.status("other"); st.State.Waiting == nil || st.State.Waiting.Reason != ReasonCrashLoopBackOff {
+				t.Fatalf("other: %s, want CrashLoopBackOff", stateString(st.State))
+			}
+		}},
+		{"in an unknown state", func(m *sim) { m.setState("other", StateUnknown) }},
+		{"created, not started", func(m *sim) { m.setState("other", StateCreated) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(policy(v1.RestartPolicyAlways), containers("other", "source"), modify("source", restartAllOn42))
+			m := newSim(t, pod, DefaultConfig())
+			m.settle(5)
+			tc.prepare(m)
+			removed := m.s.Containers["other"].Current.Attempt
+			m.exit("source", 42)
+			m.step() // resets
+			m.settle(5)
+			st := m.status("other")
+			if st.State.Running == nil || st.RestartCount != removed+1 {
+				t.Fatalf("other after the restart: %s count %d, want running with count %d", stateString(st.State), st.RestartCount, removed+1)
+			}
+		})
+	}
+}
+
+// setState changes the state of name's instance, as the runtime would
+// report it, and steps.
+func (m *sim) setState(name string, state ContainerState) {
+	r := m.s.Containers[name]
+	cur := *r.Current
+	cur.State = state
+	r.Current = &cur
+	m.s.Containers[name] = r
+	m.step()
+}
+
+// KEP-5532: a pod deleted while its containers are being removed stops
+// the others instead and, as upstream, keeps showing AllContainersRestarting
+// True until it is terminal; the core once turned it False at once.
+func TestRestartAllContainersWhileEnding(t *testing.T) {
+	pod := newPod(policy(v1.RestartPolicyNever), inits("init"), containers("regular", "source"), modify("source", restartAllOn42))
+	pod.Status.Conditions = []v1.PodCondition{{Type: v1.AllContainersRestarting, Status: v1.ConditionTrue, Reason: ReasonRestartAllContainersStarted}}
+	deleted := terminating(Termination{Since: t0, Grace: 30e9})
+	// init is removed already.
+	for _, tc := range []struct {
+		name      string
+		regular   *Instance
+		actions   string
+		condition v1.ConditionStatus
+		reason    string
+	}{
+		{"ending: the others stop, the restart still shows", running("2", 0), "kill regular(28s)", v1.ConditionTrue, ReasonRestartAllContainersStarted},
+		{"ended: terminal, the condition says so", exited("2", 0, 137), "", v1.ConditionFalse, ReasonPodFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Compute(snap(pod, recs{"regular": rec(tc.regular), "source": rec(exited("3", 0, 42))}, deleted))
+			if got := actionsString(p.Actions); got != tc.actions {
+				t.Errorf("actions %q, want %q", got, tc.actions)
+			}
+			if c := condition(t, p, v1.AllContainersRestarting); c.Status != tc.condition || c.Reason != tc.reason {
+				t.Errorf("AllContainersRestarting %s/%s, want %s/%s", c.Status, c.Reason, tc.condition, tc.reason)
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 package lifecycle
 
 import (
+	"maps"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -17,8 +19,23 @@ func (p *podState) planRun() []Action {
 		}
 	}
 	if !p.s.SandboxReady {
+		// Nothing starts outside a sandbox, and a sandbox is made only when
+		// something is due to start: a pod whose containers are done for
+		// good gets none (as upstream, for a Never pod whose sandbox died).
+		saved := maps.Clone(p.backOff)
+		due := p.planStarts()
+		p.backOff = saved // nothing started: no back-off step taken
+		if len(due) > 0 {
+			actions = append(actions, Action{Kind: ActionRunSandbox})
+		}
 		return actions
 	}
+	return append(actions, p.planStarts()...)
+}
+
+// planStarts is the starts due now.
+func (p *podState) planStarts() []Action {
+	var actions []Action
 	if !p.initialized {
 		// Init containers one at a time in spec order (§11): a regular one
 		// must complete, a sidecar must be started, before the next begins.

@@ -109,10 +109,12 @@ type Termination struct {
 
 // Snapshot is the input of Compute.
 type Snapshot struct {
-	Pod          *v1.Pod // as in the API; Pod.Status holds what was last published
-	Now          time.Time
-	Config       Config
-	SandboxReady bool // the pod's directories and volumes are set up
+	Pod    *v1.Pod // as in the API; Pod.Status holds what was last published
+	Now    time.Time
+	Config Config
+	// SandboxReady: the pod has a ready sandbox (its network, and the pod
+	// IP), so that containers can start; without, the plan asks for one.
+	SandboxReady bool
 	HostIP       string
 	PodIP        string
 	Containers   map[string]ContainerRecord // by container name (init and regular)
@@ -137,6 +139,9 @@ const (
 	// minimum grace, then removes every instance of it, so that it starts
 	// afresh (RestartAllContainers, KEP-5532).
 	ActionReset
+	// ActionRunSandbox makes the pod's sandbox; containers start once it
+	// is ready.
+	ActionRunSandbox
 )
 
 // Action is one step of a plan.

@@ -5,6 +5,7 @@ import (
 
 	ndf "k8s.io/component-helpers/nodedeclaredfeatures"
 	ndfeatures "k8s.io/component-helpers/nodedeclaredfeatures/features"
+	"k8s.io/component-helpers/nodedeclaredfeatures/features/extendwebsocketstokubelet"
 	"k8s.io/component-helpers/nodedeclaredfeatures/features/restartallcontainers"
 	ndftypes "k8s.io/component-helpers/nodedeclaredfeatures/types"
 )
@@ -15,6 +16,9 @@ import (
 // scheduler places pods that need a feature only on nodes declaring it.
 var implementedGates = ndftypes.FeatureGateMap{
 	restartallcontainers.RestartAllContainersOnContainerExits: true,
+	// The agent API translates WebSocket exec, attach and port-forward to
+	// SPDY itself, so the API server passes those clients through.
+	extendwebsocketstokubelet.ExtendWebSocketsToKubeletFeatureGate: true,
 }
 
 // declaredFeatures is node.status.declaredFeatures (KEP-5328): upstream's

@@ -99,10 +99,11 @@ func TestTransitionTimeChangesOnlyWithStatus(t *testing.T) {
 }
 
 // The node declares exactly the features the agent implements (KEP-5328), so
-// that the scheduler places pods with RestartAllContainers rules here.
+// that the scheduler places pods with RestartAllContainers rules here and
+// the API server passes WebSocket exec and port-forward through.
 func TestDeclaredFeaturesAreWhatTheAgentImplements(t *testing.T) {
 	got := declaredFeatures()
-	want := []string{"RestartAllContainersOnContainerExits"}
+	want := []string{"ExtendWebSocketsToKubelet", "RestartAllContainersOnContainerExits"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("declaredFeatures = %v, want %v", got, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,11 +45,11 @@ func (c *countingRuntime) Start(ctx context.Context, id string) error {
 	return c.fakeRuntime.Start(ctx, id)
 }
 
-func (c *countingRuntime) Stop(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) error {
+func (c *countingRuntime) Stop(ctx context.Context, id string, grace time.Duration) error {
 	c.mu.Lock()
 	c.stopped = append(c.stopped, id)
 	c.mu.Unlock()
-	return c.fakeRuntime.Stop(ctx, id, sig, grace)
+	return c.fakeRuntime.Stop(ctx, id, grace)
 }
 
 func (c *countingRuntime) Remove(ctx context.Context, id string) error {
@@ -82,16 +81,8 @@ func newAdoptionManager(t *testing.T, rt runtime.Runtime, objects ...k8sruntime.
 	t.Helper()
 	client := fake.NewClientset(objects...)
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
 		Recorder: record.NewFakeRecorder(1000), Client: client})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	return m, statuses, client
 }
 
@@ -218,7 +209,10 @@ func TestExitOfAnUnclaimedInstanceReachesItsWorker(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		m.mu.Lock()
-		list := m.orphans[pod.UID]
+		var list []runtime.Status
+		if a := m.orphans[pod.UID]; a != nil {
+			list = a.containers
+		}
 		done := len(list) == 1 && list[0].State == runtime.StateExited
 		m.mu.Unlock()
 		if done {
@@ -261,7 +255,7 @@ func TestCreatedInstanceOfAnEarlierAgentIsStartedNotReplaced(t *testing.T) {
 // must never take an instance back from exited to running.
 func TestObserveNeverGoesBackInState(t *testing.T) {
 	pod := testPod("order")
-	w := newWorker(&Manager{}, pod, nil)
+	w := newWorker(&Manager{}, pod, nil, nil)
 	exited := adoptedInstance(pod, "o-1", 0, runtime.StateExited)
 	running := adoptedInstance(pod, "o-1", 0, runtime.StateRunning)
 	w.observe(exited)

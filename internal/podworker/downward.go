@@ -16,7 +16,7 @@ import (
 
 // fieldValue resolves a fieldRef path as the kubelet does. Pods share the
 // host network here, so the pod IPs are the host IPs.
-func fieldValue(pod *v1.Pod, path, hostIP string) (string, error) {
+func fieldValue(pod *v1.Pod, path, hostIP, podIP string) (string, error) {
 	switch path {
 	case "metadata.name":
 		return pod.Name, nil
@@ -32,9 +32,11 @@ func fieldValue(pod *v1.Pod, path, hostIP string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.podIP", "status.hostIPs", "status.podIPs":
-		// One IP: the lists joined with "," are that one IP.
+	case "status.hostIP", "status.hostIPs":
+		// One IP: the list joined with "," is that one IP.
 		return hostIP, nil
+	case "status.podIP", "status.podIPs":
+		return podIP, nil
 	}
 	for _, prefix := range []string{"metadata.labels", "metadata.annotations"} {
 		if rest, ok := strings.CutPrefix(path, prefix+"['"); ok && strings.HasSuffix(rest, "']") {

@@ -181,7 +181,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	if exited {
 		cancel() // already gone or terminating: the hook has nothing to wait for
 	}
-	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PostStart, 0)
+	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.podIP(), c.Lifecycle.PostStart, 0)
 	if err == nil {
 		return
 	}
@@ -255,7 +255,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel
 		w.mu.Unlock()
-		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.m.cfg.HostIP, c.Lifecycle.PreStop, budget)
+		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.podIP(), c.Lifecycle.PreStop, budget)
 		w.mu.Lock()
 		delete(w.preStopCancel, id)
 		w.mu.Unlock()
@@ -271,7 +271,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	}
 	// A preStop that used up the grace period gets the 2 s minimum on top.
 	remaining := max(grace-w.m.cfg.Clock.Since(start), minStopGrace)
-	if err := w.m.cfg.Runtime.Stop(sctx, id, stopSignal(c), remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := w.m.cfg.Runtime.Stop(sctx, id, remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", name, "err", err)
 	}
 	if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
@@ -295,14 +295,15 @@ func (w *worker) isRunningLocked(name, id string) bool {
 	return false
 }
 
-// stopSignal is lifecycle.stopSignal, else SIGTERM (there is no image STOPSIGNAL).
+// stopSignal is lifecycle.stopSignal; 0 leaves it to the runtime (the
+// image's STOPSIGNAL, else SIGTERM).
 func stopSignal(c *v1.Container) syscall.Signal {
 	if c != nil && c.Lifecycle != nil && c.Lifecycle.StopSignal != nil {
 		if s, ok := signalByName[string(*c.Lifecycle.StopSignal)]; ok {
 			return s
 		}
 	}
-	return syscall.SIGTERM
+	return 0
 }
 
 var signalByName = map[string]syscall.Signal{
@@ -389,9 +390,8 @@ func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
 		if cancel, ok := w.preStopCancel[id]; ok {
 			w.m.cfg.Clock.AfterFunc(grace, cancel)
 		}
-		c, _ := findContainer(pod, name)
 		go func() {
-			_ = w.m.cfg.Runtime.Stop(context.Background(), id, stopSignal(c), max(grace, minStopGrace))
+			_ = w.m.cfg.Runtime.Stop(context.Background(), id, max(grace, minStopGrace))
 		}()
 	}
 }

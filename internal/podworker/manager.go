@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -72,10 +71,12 @@ type Manager struct {
 
 	mu      sync.Mutex
 	workers map[types.UID]*worker
-	// orphans holds re-adopted instances by pod UID until a worker claims
-	// them or the API confirms their pod is gone.
-	orphans map[types.UID][]runtime.Status
-	vols    *volumeManager
+	// orphans holds what was re-adopted, by pod UID, until a worker claims
+	// it or the API confirms its pod is gone.
+	orphans map[types.UID]*adopted
+	// runtimeName is the scheme of container IDs in pod status.
+	runtimeName string
+	vols        *volumeManager
 	// extraAdmit, when set, may reject a new pod after the node's checks.
 	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
@@ -97,7 +98,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HostIP == "" {
 		cfg.HostIP = "127.0.0.1"
 	}
-	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID][]runtime.Status{}}
+	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID]*adopted{}, runtimeName: "podvisor"}
 	m.vols = newVolumeManager(m)
 	return m, nil
 }
@@ -107,14 +108,27 @@ func New(cfg Config) (*Manager, error) {
 // existing instances are indexed.
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
+	info, err := m.cfg.Runtime.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("runtime: %w", err)
+	}
+	m.runtimeName = info.Name
+	sandboxes, err := m.cfg.Runtime.ListSandboxes(ctx)
+	if err != nil {
+		return fmt.Errorf("listing sandboxes: %w", err)
+	}
 	list, err := m.cfg.Runtime.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
 	m.mu.Lock()
+	for _, sb := range sandboxes {
+		a := m.orphanLocked(types.UID(sb.PodUID))
+		a.sandboxes = append(a.sandboxes, sb)
+	}
 	for _, s := range list {
-		uid := types.UID(s.PodUID)
-		m.orphans[uid] = append(m.orphans[uid], s)
+		a := m.orphanLocked(types.UID(s.PodUID))
+		a.containers = append(a.containers, s)
 	}
 	m.mu.Unlock()
 	go m.routeEvents(ctx)
@@ -139,7 +153,9 @@ func (m *Manager) routeEvents(ctx context.Context) {
 			if w == nil {
 				// Not claimed by a worker yet: keep the re-adopted record current,
 				// or the worker that claims it would wait for an exit already past.
-				updateInstance(m.orphans[types.UID(st.PodUID)], st)
+				if a := m.orphans[types.UID(st.PodUID)]; a != nil {
+					updateInstance(a.containers, st)
+				}
 			}
 			m.mu.Unlock()
 			if w != nil {
@@ -147,6 +163,21 @@ func (m *Manager) routeEvents(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// adopted is what the runtime already had of one pod when the agent started.
+type adopted struct {
+	containers []runtime.Status
+	sandboxes  []runtime.SandboxStatus
+}
+
+func (m *Manager) orphanLocked(uid types.UID) *adopted {
+	a := m.orphans[uid]
+	if a == nil {
+		a = &adopted{}
+		m.orphans[uid] = a
+	}
+	return a
 }
 
 // updateInstance replaces the entry of st.ID in list with st, unless that
@@ -181,7 +212,11 @@ func (m *Manager) ensureWorker(pod *v1.Pod) (w *worker, created bool) {
 	if w := m.workers[pod.UID]; w != nil {
 		return w, false
 	}
-	w = newWorker(m, pod, m.orphans[pod.UID])
+	var a adopted
+	if o := m.orphans[pod.UID]; o != nil {
+		a = *o
+	}
+	w = newWorker(m, pod, a.containers, a.sandboxes)
 	delete(m.orphans, pod.UID)
 	m.workers[pod.UID] = w
 	go w.run(m.ctx)
@@ -227,9 +262,9 @@ func (m *Manager) worker(uid types.UID) *worker {
 // next call. It returns how many pods are still unresolved.
 func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	m.mu.Lock()
-	candidates := make(map[types.UID][]runtime.Status, len(m.orphans))
-	for uid, list := range m.orphans {
-		candidates[uid] = list
+	candidates := make([]types.UID, 0, len(m.orphans))
+	for uid := range m.orphans {
+		candidates = append(candidates, uid)
 	}
 	m.mu.Unlock()
 	if len(candidates) == 0 {
@@ -241,7 +276,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		m.cfg.Log.Warn("cannot tell whether the pods of re-adopted containers exist; keeping them", "pods", len(candidates), "err", err)
 		return len(candidates)
 	}
-	for uid := range candidates {
+	for _, uid := range candidates {
 		if pod, ok := onNode[uid]; ok {
 			m.ensureWorker(pod) // the worker claims the instances; the source's copy wins if it has one
 			continue
@@ -249,18 +284,21 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		// The instances stay indexed until now, so that a worker made
 		// meanwhile would have claimed them; the API says none will be.
 		m.mu.Lock()
-		list, ok := m.orphans[uid]
+		a := m.orphans[uid]
 		delete(m.orphans, uid)
 		m.mu.Unlock()
-		if !ok {
+		if a == nil {
 			continue
 		}
-		for _, s := range list {
+		for _, s := range a.containers {
 			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
 				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "pod", s.PodNamespace+"/"+s.PodName, "container", s.Name)
-				_ = m.cfg.Runtime.Stop(ctx, s.ID, syscall.SIGKILL, 0)
+				_ = m.cfg.Runtime.Stop(ctx, s.ID, 0)
 			}
 			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+		}
+		for _, sb := range a.sandboxes {
+			_ = m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
 		}
 	}
 	m.removeUnknownPodDirs()
@@ -279,10 +317,13 @@ func (m *Manager) removeUnknownPodDirs() {
 		known[string(uid)] = true
 		known[w.podDirName()] = true
 	}
-	for uid, list := range m.orphans {
+	for uid, a := range m.orphans {
 		known[string(uid)] = true
-		for _, s := range list {
+		for _, s := range a.containers {
 			known[podDirNameOf(s.PodNamespace, s.PodName, uid)] = true
+		}
+		for _, sb := range a.sandboxes {
+			known[podDirNameOf(sb.PodNamespace, sb.PodName, uid)] = true
 		}
 	}
 	m.mu.Unlock()

@@ -45,13 +45,14 @@ func (w *worker) applyProbeChanges(pod *v1.Pod, changes []probeChange, terminati
 	if p == nil {
 		return
 	}
+	podIP := w.podIP()
 	for _, ch := range changes {
 		if !ch.add {
 			p.RemoveContainer(ch.status.ID)
 			continue
 		}
 		if c, ok := findContainer(pod, ch.container); ok {
-			p.AddContainer(pod, c, ch.status.ID, ch.status.StartedAt, w.m.cfg.HostIP, ch.adopted)
+			p.AddContainer(pod, c, ch.status.ID, ch.status.StartedAt, podIP, ch.adopted)
 		}
 	}
 	if terminating {

@@ -14,11 +14,12 @@ import (
 // KEP-5532): the running instance is stopped without preStop and with the
 // minimum grace, as upstream kills with a zero grace period, then every
 // instance of the container is removed (logs stay until the pod goes), so
-// that the core sees a container never tried and starts it afresh.
+// that the core sees a container never tried and starts it afresh. A
+// container with no instance only forgets its failed start.
 func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
 	w.mu.Lock()
 	list := w.instances[a.Container]
-	if len(list) == 0 || w.stopping[a.Container] {
+	if w.stopping[a.Container] {
 		w.mu.Unlock()
 		return
 	}
@@ -26,17 +27,15 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 	for _, s := range list {
 		ids = append(ids, s.ID)
 	}
-	cur := list[len(list)-1]
 	w.stopping[a.Container] = true
 	w.mu.Unlock()
-	c, _ := findContainer(pod, a.Container)
 	go func() {
 		defer w.poke()
 		sctx := context.WithoutCancel(ctx) // a reset half done would leave the pod stuck
 		rt := w.m.cfg.Runtime
-		if cur.State != runtime.StateExited {
+		if n := len(list); n > 0 && list[n-1].State != runtime.StateExited {
 			w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", a.Message)
-			if err := rt.Stop(sctx, cur.ID, stopSignal(c), minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			if err := rt.Stop(sctx, list[n-1].ID, minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
 			}
 		}

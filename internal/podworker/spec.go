@@ -29,7 +29,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if c.Stdin || c.TTY {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported by the process runtime", c.Name)}
 	}
-	features := runtimeFeatures(w.m.cfg.Runtime)
+	features := w.m.cfg.Runtime.Features()
 	user, err := containerUser(pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -43,7 +43,10 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, err
 	}
 	var budget expansion.Budget // env and command together
-	env, err := w.m.containerEnv(ctx, pod, c, &budget)
+	w.mu.Lock()
+	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
+	w.mu.Unlock()
+	env, err := w.m.containerEnv(ctx, pod, c, podIP, &budget)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -73,8 +76,9 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		tmp = v1.TerminationMessagePathDefault
 	}
 	spec := runtime.ContainerSpec{
-		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name,
+		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
 		Name: c.Name, Attempt: attempt, Command: cmd, Env: env,
+		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
 		Mounts:                 mounts,
@@ -84,14 +88,6 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		spec.Resources = containerResources(c)
 	}
 	return spec, nil
-}
-
-// runtimeFeatures is what rt honours; a runtime that does not say honours all.
-func runtimeFeatures(rt runtime.Runtime) runtime.Features {
-	if fr, ok := rt.(runtime.FeatureReporter); ok {
-		return fr.Features()
-	}
-	return runtime.Features{Mounts: true, Limits: true, Users: true}
 }
 
 // containerResources maps limits and requests to cgroup values as the
@@ -179,7 +175,7 @@ func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
 // service variables, then the service variables nothing replaced. Every
 // value counts against budget: references multiply, and an env the agent
 // cannot hold in memory is a config error, not an agent out of memory.
-func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, budget *expansion.Budget) ([]string, error) {
+func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container, podIP string, budget *expansion.Budget) ([]string, error) {
 	services, err := m.serviceEnv(ctx, pod)
 	if err != nil {
 		return nil, err
@@ -229,7 +225,7 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 			}
 			continue
 		}
-		v, ok, err := m.envValueFrom(ctx, pod, c, e.ValueFrom)
+		v, ok, err := m.envValueFrom(ctx, pod, c, podIP, e.ValueFrom)
 		if err != nil {
 			return nil, err
 		}
@@ -297,10 +293,10 @@ func (m *Manager) envFromSource(ctx context.Context, pod *v1.Pod, from v1.EnvFro
 
 // envValueFrom resolves one valueFrom; ok is false for an optional value
 // that is absent (the variable is then not set at all, as upstream).
-func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container, from *v1.EnvVarSource) (string, bool, error) {
+func (m *Manager) envValueFrom(ctx context.Context, pod *v1.Pod, c *v1.Container, podIP string, from *v1.EnvVarSource) (string, bool, error) {
 	switch {
 	case from.FieldRef != nil:
-		v, err := fieldValue(pod, from.FieldRef.FieldPath, m.cfg.HostIP)
+		v, err := fieldValue(pod, from.FieldRef.FieldPath, m.cfg.HostIP, podIP)
 		return v, err == nil, err
 	case from.ResourceFieldRef != nil:
 		var alloc v1.ResourceList

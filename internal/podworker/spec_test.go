@@ -39,7 +39,7 @@ func envPod(c v1.Container) *v1.Pod {
 
 func env(t *testing.T, m *Manager, pod *v1.Pod) []string {
 	t.Helper()
-	out, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
+	out, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], "127.0.0.1", &expansion.Budget{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestMissingObjectsAndKeysHaveUpstreamsMessages(t *testing.T) {
 		{v1.Container{Name: "c", EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}}}}}, `secret "nope" not found`},
 	} {
 		pod := envPod(tc.c)
-		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
+		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], "127.0.0.1", &expansion.Budget{})
 		var ce configError
 		if !errors.As(err, &ce) || err.Error() != tc.want {
 			t.Errorf("got %v, want config error %q", err, tc.want)
@@ -147,7 +147,7 @@ func TestDownwardAPIValues(t *testing.T) {
 		"spec.serviceAccountName":   "sa",
 		"metadata.annotations['x']": "",
 	} {
-		if got, err := fieldValue(pod, path, "10.0.0.7"); err != nil || got != want {
+		if got, err := fieldValue(pod, path, "10.0.0.7", "10.0.0.7"); err != nil || got != want {
 			t.Errorf("fieldValue(%s) = %q, %v; want %q", path, got, err, want)
 		}
 	}
@@ -246,7 +246,7 @@ func TestEnvAndCommandExpansionBounded(t *testing.T) {
 	}
 	for name, envs := range map[string][]v1.EnvVar{"growing references": bomb, "copies of 1 MiB": copies} {
 		pod := envPod(v1.Container{Name: "c", Env: envs})
-		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], &expansion.Budget{})
+		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], "127.0.0.1", &expansion.Budget{})
 		var ce configError
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "expands to more than") {
 			t.Errorf("%s: %v, want a config error", name, err)

@@ -117,7 +117,7 @@ func (vm *volumeManager) downwardPayload(pod *v1.Pod, items []v1.DownwardAPIVolu
 		var err error
 		switch {
 		case it.FieldRef != nil:
-			val, err = fieldValue(pod, it.FieldRef.FieldPath, vm.m.cfg.HostIP)
+			val, err = fieldValue(pod, it.FieldRef.FieldPath, vm.m.cfg.HostIP, "")
 		case it.ResourceFieldRef != nil:
 			var alloc v1.ResourceList
 			if vm.m.cfg.Allocatable != nil {

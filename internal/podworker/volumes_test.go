@@ -160,7 +160,7 @@ func volumeWorker(t *testing.T, pod *v1.Pod, objects ...k8sruntime.Object) (*wor
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newWorker(m, pod, nil), cs, rec
+	return newWorker(m, pod, nil, nil), cs, rec
 }
 
 func TestConfigMapVolumeIsWrittenThenUpdatedInPlace(t *testing.T) {

@@ -27,15 +27,19 @@ type worker struct {
 	m   *Manager
 	uid types.UID
 
-	mu           sync.Mutex
-	pod          *v1.Pod
-	gone         bool                        // the object is gone from the API
-	instances    map[string][]runtime.Status // by container name, oldest first
-	starting     map[string]bool
-	stopping     map[string]bool
-	waiting      map[string]*v1.ContainerStateWaiting
-	waitingSince map[string]time.Time
-	postStart    map[string]bool // container IDs whose postStart has not returned yet
+	mu          sync.Mutex
+	pod         *v1.Pod
+	gone        bool                        // the object is gone from the API
+	instances   map[string][]runtime.Status // by container name, oldest first
+	sandboxes   []runtime.SandboxStatus     // oldest first (sandbox.go)
+	sandboxBusy bool                        // a RunSandbox is under way
+	// sandboxRetryAt: no RunSandbox before then (the last one failed).
+	sandboxRetryAt time.Time
+	starting       map[string]bool
+	stopping       map[string]bool
+	waiting        map[string]*v1.ContainerStateWaiting
+	waitingSince   map[string]time.Time
+	postStart      map[string]bool // container IDs whose postStart has not returned yet
 	// postStartCancel ends the postStart hook of an instance that exited or
 	// of a pod that is terminating: a hook that never returns (sleep of a
 	// year, an exec that hangs) must not hold up the pod's end.
@@ -64,7 +68,7 @@ type worker struct {
 	timer clock.Timer
 }
 
-func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
+func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []runtime.SandboxStatus) *worker {
 	w := &worker{
 		m: m, uid: pod.UID, pod: pod,
 		instances: map[string][]runtime.Status{},
@@ -88,6 +92,8 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status) *worker {
 	for name := range w.instances {
 		sortInstances(w.instances[name])
 	}
+	w.sandboxes = append(w.sandboxes, sandboxes...)
+	sortSandboxes(w.sandboxes)
 	w.poke()
 	return w
 }
@@ -293,6 +299,8 @@ func (w *worker) sync(ctx context.Context) {
 			w.killContainer(ctx, pod, a)
 		case lifecycle.ActionReset:
 			w.resetContainer(ctx, pod, a)
+		case lifecycle.ActionRunSandbox:
+			w.runSandbox(ctx, pod)
 		}
 	}
 	for _, e := range plan.Events {
@@ -302,6 +310,7 @@ func (w *worker) sync(ctx context.Context) {
 		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)
 	}
 	if plan.Done {
+		w.stopSandboxes(ctx, pod)
 		w.markStopped()
 	}
 	if plan.Done && gone {
@@ -338,6 +347,7 @@ func (w *worker) finish(ctx context.Context) {
 	pod := w.pod
 	w.mu.Unlock()
 	w.removeInstances(ctx, pod, ids)
+	w.removeSandboxes(ctx, pod)
 	w.teardownVolumes()
 	_ = os.RemoveAll(w.podDir())
 	w.m.removeWorker(w.uid)
@@ -409,15 +419,15 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 		term = &t
 	}
 	return lifecycle.Snapshot{
-		Pod: pod, Now: now, Config: w.m.cfg.Lifecycle, SandboxReady: true,
-		HostIP: w.m.cfg.HostIP, PodIP: w.m.cfg.HostIP,
+		Pod: pod, Now: now, Config: w.m.cfg.Lifecycle, SandboxReady: w.sandboxReadyLocked(),
+		HostIP: w.m.cfg.HostIP, PodIP: w.podIPLocked(),
 		Containers: containers, Probes: probes, BackOff: backoff, Termination: term,
 	}
 }
 
 func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
 	in := &lifecycle.Instance{
-		ID: "podvisor://" + s.ID, Attempt: s.Attempt,
+		ID: w.m.runtimeName + "://" + s.ID, Attempt: s.Attempt,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
 		ExitCode: s.ExitCode, Signal: s.Signal, Reason: s.Reason, Message: s.Message,
 		PostStartDone: !w.postStart[s.ID],

@@ -2,10 +2,12 @@ package podworker
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,14 +23,80 @@ import (
 
 // fakeRuntime runs nothing: Start makes an instance running at once.
 type fakeRuntime struct {
-	mu     sync.Mutex
-	next   int
-	byID   map[string]runtime.Status
-	events chan runtime.Event
+	mu        sync.Mutex
+	next      int
+	byID      map[string]runtime.Status
+	sandboxes map[string]runtime.SandboxStatus
+	events    chan runtime.Event
+	// sandboxIP is every sandbox's IP (default 127.0.0.1); sandboxFailures
+	// RunSandbox calls fail first.
+	sandboxIP       string
+	sandboxFailures int
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{byID: map[string]runtime.Status{}, events: make(chan runtime.Event, 100)}
+	return &fakeRuntime{byID: map[string]runtime.Status{}, sandboxes: map[string]runtime.SandboxStatus{}, events: make(chan runtime.Event, 100)}
+}
+
+func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
+	return runtime.Info{Name: "podvisor", Version: "fake"}, nil
+}
+
+func (f *fakeRuntime) Features() runtime.Features {
+	return runtime.Features{Mounts: true, Limits: true, Users: true}
+}
+
+func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sandboxFailures > 0 {
+		f.sandboxFailures--
+		return "", fmt.Errorf("no network: %w", runtime.ErrUnavailable)
+	}
+	f.next++
+	id := "sandbox-" + string(rune('a'+f.next))
+	ip := f.sandboxIP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	f.sandboxes[id] = runtime.SandboxStatus{ID: id, PodUID: s.PodUID, PodNamespace: s.PodNamespace, PodName: s.PodName,
+		Attempt: s.Attempt, State: runtime.SandboxReady, CreatedAt: time.Now(), IPs: []string{ip}, HostNetwork: true}
+	return id, nil
+}
+
+func (f *fakeRuntime) StopSandbox(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return runtime.ErrNotFound
+	}
+	sb.State = runtime.SandboxNotReady
+	f.sandboxes[id] = sb
+	return nil
+}
+
+func (f *fakeRuntime) RemoveSandbox(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sandboxes, id)
+	return nil
+}
+
+func (f *fakeRuntime) SandboxStatus(_ context.Context, id string) (runtime.SandboxStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sandboxes[id]
+	if !ok {
+		return sb, runtime.ErrNotFound
+	}
+	return sb, nil
+}
+
+func (f *fakeRuntime) ListSandboxes(context.Context) ([]runtime.SandboxStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Collect(maps.Values(f.sandboxes)), nil
 }
 
 func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string, error) {
@@ -36,7 +104,7 @@ func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string
 	defer f.mu.Unlock()
 	f.next++
 	id := s.Name + "-" + string(rune('a'+f.next))
-	f.byID[id] = runtime.Status{ID: id, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
+	f.byID[id] = runtime.Status{ID: id, SandboxID: s.SandboxID, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
 	return id, nil
 }
 
@@ -49,7 +117,7 @@ func (f *fakeRuntime) Start(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeRuntime) Stop(_ context.Context, id string, _ syscall.Signal, _ time.Duration) error {
+func (f *fakeRuntime) Stop(_ context.Context, id string, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st := f.byID[id]
@@ -78,11 +146,7 @@ func (f *fakeRuntime) Status(_ context.Context, id string) (runtime.Status, erro
 func (f *fakeRuntime) List(context.Context) ([]runtime.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]runtime.Status, 0, len(f.byID))
-	for _, st := range f.byID {
-		out = append(out, st)
-	}
-	return out, nil
+	return slices.Collect(maps.Values(f.byID)), nil
 }
 
 func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writer, time.Duration) (int, error) {
@@ -90,6 +154,10 @@ func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writ
 }
 
 func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
+
+func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) {
+	return runtime.Usage{}, nil
+}
 
 // statusLog keeps the newest status written per pod.
 type statusLog struct {

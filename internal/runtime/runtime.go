@@ -38,12 +38,25 @@ type ContainerSpec struct {
 	PodUID       string
 	PodNamespace string
 	PodName      string
-	Name         string   // container name
-	Attempt      int32    // restart count this instance is created with
-	Command      []string // command followed by args, already expanded; Command[0] looked up in PATH
-	Env          []string // KEY=VALUE
-	WorkingDir   string   // empty: the container's own directory
-	LogPath      string   // where the CRI-format log of this instance goes
+	Name         string // container name
+	Attempt      int32  // restart count this instance is created with
+	// SandboxID is the pod sandbox the container joins (RunSandbox).
+	SandboxID string `json:",omitempty"`
+	// Image is the image reference to run; empty for a runtime without
+	// images (Features.Images false).
+	Image string `json:",omitempty"`
+	// Command and Args, already expanded, with Kubernetes' override rules
+	// left to the runtime: an empty Command means the image's entrypoint,
+	// an empty Command and Args the image's cmd as well. Without images,
+	// Command is required and Command[0] is looked up in PATH.
+	Command []string
+	Args    []string `json:",omitempty"`
+	// StopSignal is what Stop sends first (the container's
+	// lifecycle.stopSignal); 0: the image's STOPSIGNAL, else SIGTERM.
+	StopSignal syscall.Signal `json:",omitempty"`
+	Env        []string       // KEY=VALUE
+	WorkingDir string         // empty: the container's own directory
+	LogPath    string         // where the CRI-format log of this instance goes
 	// TerminationMessagePath is the path inside the container where the
 	// process may write its termination message; the runtime maps it to a host file.
 	TerminationMessagePath string
@@ -78,24 +91,32 @@ type Credential struct {
 	Groups []uint32
 }
 
-// Features says what a runtime can honour, so that the agent can refuse a
-// container it cannot run as specified with a clear reason instead of
-// running it differently.
+// Features says what a runtime can honour.
 type Features struct {
 	Mounts bool // ContainerSpec.Mounts (a private mount namespace)
 	Limits bool // ContainerSpec.Resources
 	Users  bool // ContainerSpec.User
+	// Images: the runtime runs ContainerSpec.Image and implements Images;
+	// without, a container is ContainerSpec.Command run on the host.
+	Images bool
+	// PodNetwork: a sandbox that is not HostNetwork gets its own network
+	// namespace and IP; without, every pod is on the host's network.
+	PodNetwork bool
 }
 
-// FeatureReporter is implemented by runtimes that cannot honour every field
-// of ContainerSpec; a runtime that does not implement it honours them all.
-type FeatureReporter interface {
-	Features() Features
+// Info names a runtime, for container IDs and the Node's status.
+type Info struct {
+	// Name is the scheme of container IDs in pod status ("containerd" in
+	// "containerd://<id>").
+	Name string
+	// Version is the runtime's own version, e.g. "2.3.1".
+	Version string
 }
 
 // Status is what the runtime knows of one container instance.
 type Status struct {
-	ID           string // unique, stable across agent restarts; status shows "podvisor://<ID>"
+	ID           string // unique, stable across agent restarts; status shows "<Info.Name>://<ID>"
+	SandboxID    string
 	PodUID       string
 	PodNamespace string
 	PodName      string
@@ -124,17 +145,25 @@ type Event struct {
 	State  State
 }
 
-// Runtime runs containers. All methods are safe for concurrent use.
+// Runtime runs pod sandboxes and containers. All methods are safe for
+// concurrent use. Errors are wrapped in the classes of errors.go.
 type Runtime interface {
+	Info(ctx context.Context) (Info, error)
+	// Features says what the runtime honours, so that the agent refuses a
+	// container it cannot run as specified, with a clear reason, instead
+	// of running it differently.
+	Features() Features
+	Sandboxes
 	// Create prepares an instance; it does not run anything.
 	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
 	// Start runs the instance's process in its own process group under a shim
 	// that outlives the agent. A command that cannot be executed is not an
 	// error: the instance goes to exited with Reason "StartError", exit code 128.
 	Start(ctx context.Context, id string) error
-	// Stop sends sig to the process group, waits up to grace, then SIGKILLs every
-	// process of the container (orphans included), and returns once it exited.
-	Stop(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) error
+	// Stop sends the container's stop signal (ContainerSpec.StopSignal),
+	// waits up to grace, then SIGKILLs every process of the container
+	// (orphans included), and returns once it exited. Grace 0 kills at once.
+	Stop(ctx context.Context, id string, grace time.Duration) error
 	// Remove deletes the instance and its state (not its log).
 	Remove(ctx context.Context, id string) error
 	Status(ctx context.Context, id string) (Status, error)
@@ -146,11 +175,19 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
 	// Events delivers state changes (start, exit) of every instance.
 	Events() <-chan Event
+	// Usage measures what a container uses now, for eviction.
+	Usage(ctx context.Context, id string) (Usage, error)
 }
 
-// ErrNotFound is returned (wrapped) for an unknown container ID.
-var ErrNotFound = errNotFound{}
-
-type errNotFound struct{}
-
-func (errNotFound) Error() string { return "container not found" }
+// Usage is what one container uses (CRI's ContainerStats); a measure the
+// runtime cannot take is 0.
+type Usage struct {
+	// MemoryWorkingSet is memory usage less inactive file pages, as
+	// cAdvisor's working set.
+	MemoryWorkingSet int64
+	// Processes are the container's tasks.
+	Processes int64
+	// WritableBytes and WritableInodes are the container's writable layer.
+	WritableBytes  int64
+	WritableInodes int64
+}

@@ -162,9 +162,14 @@ func leftovers(checker *crashChecker, dataDirs ...string) []string {
 		}
 	}
 	for _, dir := range dataDirs {
-		for _, sub := range []string{"containers", "pods"} {
+		// Container instances, sandbox records (the directory that holds
+		// them is no leftover), pod directories.
+		for _, sub := range []string{"containers", "containers/sandboxes", "pods"} {
 			entries, _ := os.ReadDir(filepath.Join(dir, "agent", sub))
 			for _, e := range entries {
+				if sub == "containers" && e.Name() == "sandboxes" {
+					continue
+				}
 				out = append(out, filepath.Join(dir, "agent", sub, e.Name()))
 			}
 		}

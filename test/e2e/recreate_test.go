@@ -22,21 +22,21 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-const (
-	recreatePods = 100
-	// recreateBound is how late a pod may run after its create call. Normal
-	// is the time the agent takes to start the whole burst of 100: p99 1.3 s
-	// to 5.3 s on a 2-core machine shared with other tests (load average up
-	// to 17; the test logs the distribution per round). The stall of issue 18
-	// item 7 is never under 10.2 s: the 10 s config-error retry of a failed
-	// mount plus the start. 8 s is above the one and below the other.
-	recreateBound = 8 * time.Second
-)
+// recreatePods pods are recreated per round.
+const recreatePods = 100
 
 // Issue 18 item 7: a pod worker never sits idle while it has work. 100 pods
 // are deleted — force (grace 0), graceful, and graceful then force, mixed —
 // and recreated under the same names (one name new each round) 0.5 s later,
-// over a few rounds; every pod must run within normal latency of its create.
+// over a few rounds.
+//
+// The stall this guards against had a cause the API shows: a token request
+// refused while the API server's caches lagged failed the pod's
+// kube-api-access mount (a FailedMount warning), and the container waited
+// for the 10 s config-error retry. So the test asserts the cause — no
+// warning about any pod of the test — rather than a wall-clock bound, which
+// a loaded 2-core machine stretches past any stall (a p90 of 8.2 s was seen
+// on CI with no stall at all). The latency distribution is logged per round.
 func TestRecreatedPodsStartPromptly(t *testing.T) {
 	t.Parallel()
 	rounds := 5
@@ -55,7 +55,6 @@ func TestRecreatedPodsStartPromptly(t *testing.T) {
 	var all []time.Duration
 	var worst string
 	var worstD time.Duration
-	var worstUID types.UID
 	for round := 0; round <= rounds; round++ {
 		if round > 0 {
 			rec.deleteAll(names)
@@ -70,24 +69,40 @@ func TestRecreatedPodsStartPromptly(t *testing.T) {
 		t.Logf("round %d: create call → container running: %s", round, distString(d))
 		for uid, l := range lat {
 			if l > worstD {
-				worstD, worstUID = l, uid
+				worstD = l
 				worst = fmt.Sprintf("round %d pod %s (%s)", round, rec.nameOf(uid), uid)
 			}
 		}
-		// Round 0 creates on an empty node; it stalled too, more rarely.
 		all = append(all, d...)
-		for uid, l := range lat {
-			if l > recreateBound {
-				t.Errorf("round %d: pod %s ran %v after its create call (bound %v)", round, rec.nameOf(uid), l.Round(time.Millisecond), recreateBound)
-			}
-		}
 	}
-	if t.Failed() {
-		rec.explain(worstUID)
+	if warned := rec.warnings(); len(warned) > 0 {
+		for _, uid := range warned {
+			t.Errorf("pod %s (%s) got a warning; a pod that waits for a retry is what this test guards against", rec.nameOf(uid), uid)
+			rec.explain(uid)
+		}
 	}
 	rec.logCatchUps()
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	t.Logf("all pods (%d): %s; slowest: %s %v", len(all), distString(all), worst, worstD.Round(time.Millisecond))
+}
+
+// warnings are the UIDs of the test's pods that got a Warning event, first
+// the five most warned.
+func (r *runningRecorder) warnings() []types.UID {
+	evs, err := r.p.Admin.CoreV1().Events(r.ns).List(context.Background(), metav1.ListOptions{FieldSelector: "type=Warning"})
+	if err != nil {
+		r.t.Fatalf("listing warnings: %v", err)
+	}
+	count := map[types.UID]int32{}
+	for _, e := range evs.Items {
+		count[e.InvolvedObject.UID] += max(e.Count, 1)
+	}
+	var out []types.UID
+	for uid := range count {
+		out = append(out, uid)
+	}
+	sort.Slice(out, func(i, j int) bool { return count[out[i]] > count[out[j]] })
+	return out[:min(len(out), 5)]
 }
 
 // runningRecorder notes, per pod UID, when the watch first shows its

@@ -28,7 +28,7 @@ func TestNewRuntimeReadoptsRunningShims(t *testing.T) {
 	if len(list) != 1 || list[0].ID != id || list[0].State != runtime.StateRunning || list[0].Pid != pid {
 		t.Fatalf("List after restart: %+v", list)
 	}
-	if err := b.Stop(stopCtx(t), id, syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := b.Stop(stopCtx(t), id, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, b, id, runtime.StateExited)
@@ -122,7 +122,7 @@ func TestStopOfAnInstanceNeverStartedRecordsItExited(t *testing.T) {
 	if st := status(t, b, id); st.State != runtime.StateCreated {
 		t.Fatalf("state %s after restart, want created", st.State)
 	}
-	if err := b.Stop(stopCtx(t), id, syscall.SIGTERM, time.Second); err != nil {
+	if err := b.Stop(stopCtx(t), id, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, b, id, runtime.StateExited)
@@ -157,7 +157,7 @@ func TestStartRecordedAfterTheAgentDiedIsAnnounced(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, b, id, runtime.StateRunning)
-	if err := b.Stop(stopCtx(t), id, syscall.SIGKILL, 0); err != nil {
+	if err := b.Stop(stopCtx(t), id, 0); err != nil {
 		t.Fatal(err)
 	}
 	waitEvent(t, b, id, runtime.StateExited)

@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,17 +9,14 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// ErrInvalid is returned (wrapped) for a spec that cannot be run.
-var ErrInvalid = errors.New("invalid container spec")
-
 // Create makes the instance directory: it is built under a temporary name
 // and renamed into place, so List never sees half an instance.
 func (r *Runtime) Create(_ context.Context, spec runtime.ContainerSpec) (string, error) {
 	if len(spec.Command) == 0 || spec.Command[0] == "" {
-		return "", fmt.Errorf("container %s: no command: %w", spec.Name, ErrInvalid)
+		return "", fmt.Errorf("container %s: no command: %w", spec.Name, runtime.ErrInvalid)
 	}
 	if spec.LogPath == "" {
-		return "", fmt.Errorf("container %s: no log path: %w", spec.Name, ErrInvalid)
+		return "", fmt.Errorf("container %s: no log path: %w", spec.Name, runtime.ErrInvalid)
 	}
 	id := newID()
 	final := filepath.Join(r.root, id)

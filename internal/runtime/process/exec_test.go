@@ -3,11 +3,12 @@ package process
 import (
 	"bytes"
 	"context"
-	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 func TestExecRunsInTheContainersContext(t *testing.T) {
@@ -32,7 +33,7 @@ func TestExecIsKilledAtTimeout(t *testing.T) {
 	var out bytes.Buffer
 	begin := time.Now()
 	code, err := r.Exec(context.Background(), id, []string{"sh", "-c", "echo started; sleep 30; echo late"}, &out, &out, 300*time.Millisecond)
-	if !errors.Is(err, ErrExecTimeout) || code != -1 {
+	if !runtime.IsTimeout(err) || code != -1 {
 		t.Fatalf("got exit %d, %v; want -1 and a timeout", code, err)
 	}
 	if !strings.Contains(err.Error(), "timed out") {

@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -145,7 +144,7 @@ func alive(pid int) bool {
 	return err == nil && s.State != 'Z'
 }
 
-func isNotFound(err error) bool { return errors.Is(err, runtime.ErrNotFound) }
+func isNotFound(err error) bool { return runtime.IsNotFound(err) }
 
 // stopCtx bounds a Stop, so that a Stop that never returns fails the test.
 func stopCtx(t *testing.T) context.Context {

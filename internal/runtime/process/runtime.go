@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/version"
 )
 
 // ShimBinaryName is the small shim built beside podvisor (cmd/podvisor-shim).
@@ -54,6 +55,9 @@ type Config struct {
 	// NoCgroups runs containers without cgroups even as root, as when not
 	// root: orphans are then found through the shim's process tree only.
 	NoCgroups bool
+	// HostIPs are the node's addresses: every sandbox's IPs, as every pod
+	// is on the host network. Default 127.0.0.1.
+	HostIPs []string
 }
 
 // Runtime implements runtime.Runtime with host processes.
@@ -63,6 +67,7 @@ type Runtime struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	noCg      bool // Config.NoCgroups
+	hostIPs   []string
 	mon       *monitor
 	events    *eventQueue
 	closeOnce sync.Once
@@ -75,12 +80,8 @@ type Runtime struct {
 
 var _ runtime.Runtime = (*Runtime)(nil)
 
-// ErrConflict is returned (wrapped) when an instance is not in a state that
-// allows the operation (starting twice, exec in an exited container).
-var ErrConflict = errors.New("container state conflict")
-
-// ErrClosed is returned (wrapped) by a Stop that waits on a closed Runtime.
-var ErrClosed = errors.New("process runtime closed")
+// errClosed is returned (wrapped) by a Stop that waits on a closed Runtime.
+var errClosed = fmt.Errorf("process runtime closed: %w", runtime.ErrUnavailable)
 
 // New opens (creating it if needed) the state directory and re-adopts every
 // instance found there: running shims are watched again, exits recorded while
@@ -102,6 +103,9 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if len(cfg.HostIPs) == 0 {
+		cfg.HostIPs = []string{"127.0.0.1"}
+	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
@@ -111,6 +115,7 @@ func New(cfg Config) (*Runtime, error) {
 		clock:    cfg.Clock,
 		log:      cfg.Log,
 		noCg:     cfg.NoCgroups,
+		hostIPs:  cfg.HostIPs,
 		events:   newEventQueue(),
 		watched:  map[string]chan struct{}{},
 		starting: map[string]bool{},
@@ -253,4 +258,7 @@ func (r *Runtime) Features() runtime.Features {
 	return runtime.Features{Mounts: root, Limits: limits, Users: root}
 }
 
-var _ runtime.FeatureReporter = (*Runtime)(nil)
+// Info: container IDs show as podvisor://<id>.
+func (r *Runtime) Info(context.Context) (runtime.Info, error) {
+	return runtime.Info{Name: "podvisor", Version: version.Version}, nil
+}

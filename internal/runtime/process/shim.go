@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -158,7 +159,8 @@ func closeReady(f *os.File) {
 
 // start runs the command. Its error is the StartError message.
 func (s *shim) start(cfg instanceConfig) (*started, error) {
-	if len(cfg.Spec.Command) == 0 {
+	argv := append(slices.Clip(cfg.Spec.Command), cfg.Spec.Args...)
+	if len(argv) == 0 {
 		return nil, fmt.Errorf("no command")
 	}
 	env := containerEnv(cfg)
@@ -169,7 +171,7 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		return nil, fmt.Errorf("chdir to cwd (%q) failed: %w", cwd, syscall.ENOTDIR)
 	}
 	path, _ := lookupEnv(env, "PATH")
-	bin, err := lookPath(cfg.Spec.Command[0], path, cwd)
+	bin, err := lookPath(argv[0], path, cwd)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +229,7 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		Files: []*os.File{stdin, outW, errW},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.Spec.User)},
 	}
-	startFn := func() (*os.Process, error) { return s.startInCgroup(c.cgroups, own, bin, cfg.Spec.Command, attr) }
+	startFn := func() (*os.Process, error) { return s.startInCgroup(c.cgroups, own, bin, argv, attr) }
 	switch mounts := containerMounts(cfg); {
 	case root:
 		c.proc, err = inNewMountNamespace(s.dir, mounts, startFn)

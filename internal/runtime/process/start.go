@@ -25,7 +25,7 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	r.mu.Lock()
 	if r.starting[id] {
 		r.mu.Unlock()
-		return fmt.Errorf("start container %s: already starting: %w", id, ErrConflict)
+		return fmt.Errorf("start container %s: already starting: %w", id, runtime.ErrConflict)
 	}
 	r.starting[id] = true
 	r.mu.Unlock()
@@ -40,11 +40,11 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
 	if st.state() != runtime.StateCreated {
-		return fmt.Errorf("start container %s: it is %s: %w", id, st.state(), ErrConflict)
+		return fmt.Errorf("start container %s: it is %s: %w", id, st.state(), runtime.ErrConflict)
 	}
 	if _, spawned, _ := d.readShim(); spawned {
 		// An earlier agent started it and died before the shim recorded it.
-		return fmt.Errorf("start container %s: already started: %w", id, ErrConflict)
+		return fmt.Errorf("start container %s: already started: %w", id, runtime.ErrConflict)
 	}
 	pidfd, readyR, err := r.spawnShim(d)
 	if err != nil {

@@ -139,7 +139,7 @@ func TestUnknownIDIsNotFound(t *testing.T) {
 		if err := r.Start(ctx, id); !isNotFound(err) {
 			t.Errorf("Start(%q): %v", id, err)
 		}
-		if err := r.Stop(ctx, id, 15, 0); !isNotFound(err) {
+		if err := r.Stop(ctx, id, 0); !isNotFound(err) {
 			t.Errorf("Stop(%q): %v", id, err)
 		}
 		if err := r.Remove(ctx, id); !isNotFound(err) {

@@ -11,10 +11,11 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// Stop signals the container, waits up to grace, then SIGKILLs every process
-// of it and returns once the shim recorded the exit. An instance that is not
-// running (created, exited) is left alone.
-func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) error {
+// Stop sends the container's stop signal (SIGTERM unless its spec says
+// otherwise), waits up to grace, then SIGKILLs every process of it and
+// returns once the shim recorded the exit. An instance that is not running
+// (created, exited) is left alone.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
 	d, err := r.dir(id)
 	if err != nil {
 		return err
@@ -26,7 +27,11 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace
 	if err != nil || exited == nil {
 		return err
 	}
-	if sig != syscall.SIGKILL && grace > 0 {
+	if grace > 0 {
+		sig := syscall.SIGTERM
+		if cfg, err := d.readConfig(); err == nil && cfg.Spec.StopSignal != 0 {
+			sig = cfg.Spec.StopSignal
+		}
 		r.signalContainer(d, st, sig)
 		timer := r.clock.NewTimer(grace)
 		defer timer.Stop()
@@ -37,7 +42,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace
 		case <-ctx.Done():
 			return fmt.Errorf("stop container %s: %w", id, ctx.Err())
 		case <-r.closed:
-			return fmt.Errorf("stop container %s: %w", id, ErrClosed)
+			return fmt.Errorf("stop container %s: %w", id, errClosed)
 		}
 		r.log.Info("container did not stop in time, killing it", "id", id, "grace", grace)
 	}
@@ -48,7 +53,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, grace
 	case <-ctx.Done():
 		return fmt.Errorf("stop container %s: %w", id, ctx.Err())
 	case <-r.closed:
-		return fmt.Errorf("stop container %s: %w", id, ErrClosed)
+		return fmt.Errorf("stop container %s: %w", id, errClosed)
 	}
 }
 
@@ -81,7 +86,7 @@ func (r *Runtime) settleCreated(ctx context.Context, d instanceDir, id string) e
 		}
 		r.mu.Unlock()
 		if r.clock.Now().After(deadline) {
-			return fmt.Errorf("stop container %s: its start did not finish within %v: %w", id, settleTimeout, ErrConflict)
+			return fmt.Errorf("stop container %s: its start did not finish within %v: %w", id, settleTimeout, runtime.ErrConflict)
 		}
 		select {
 		case <-ctx.Done():
@@ -166,9 +171,9 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	starting := r.starting[id]
 	r.mu.Unlock()
 	if starting {
-		return fmt.Errorf("remove container %s: it is starting: %w", id, ErrConflict)
+		return fmt.Errorf("remove container %s: it is starting: %w", id, runtime.ErrConflict)
 	}
-	if err := r.Stop(ctx, id, syscall.SIGKILL, 0); err != nil {
+	if err := r.Stop(ctx, id, 0); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
 	if st, err := d.readState(); err == nil {

@@ -16,7 +16,7 @@ func TestStopWithSIGTERMHonoured(t *testing.T) {
 	r := newRuntime(t, t.TempDir())
 	id := run(t, r, testSpec(t, "sleep", "300"))
 	begin := time.Now()
-	if err := r.Stop(stopCtx(t), id, syscall.SIGTERM, time.Minute); err != nil {
+	if err := r.Stop(stopCtx(t), id, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(begin); d > 10*time.Second {
@@ -26,7 +26,7 @@ func TestStopWithSIGTERMHonoured(t *testing.T) {
 	if st.State != runtime.StateExited || st.Signal != int32(syscall.SIGTERM) || st.ExitCode != 128+15 {
 		t.Errorf("got %s signal %d exit %d, want exited by SIGTERM (143)", st.State, st.Signal, st.ExitCode)
 	}
-	if err := r.Stop(stopCtx(t), id, syscall.SIGTERM, time.Minute); err != nil {
+	if err := r.Stop(stopCtx(t), id, time.Minute); err != nil {
 		t.Errorf("Stop of an exited instance: %v", err)
 	}
 }
@@ -38,7 +38,7 @@ func TestStopKillsWhatIgnoresSIGTERMAfterGrace(t *testing.T) {
 	waitLog(t, spec.LogPath, "ready")
 	const grace = 500 * time.Millisecond
 	begin := time.Now()
-	if err := r.Stop(stopCtx(t), id, syscall.SIGTERM, grace); err != nil {
+	if err := r.Stop(stopCtx(t), id, grace); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(begin); d < grace {
@@ -82,7 +82,7 @@ func testStopKillsForkedChildren(t *testing.T, r *Runtime) {
 	id := run(t, r, spec)
 	waitLog(t, spec.LogPath, "ready")
 	waitLog(t, spec.LogPath, "child ")
-	if err := r.Stop(stopCtx(t), id, syscall.SIGTERM, 100*time.Millisecond); err != nil {
+	if err := r.Stop(stopCtx(t), id, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if st := status(t, r, id); st.Signal != int32(syscall.SIGKILL) {

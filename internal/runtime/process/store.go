@@ -167,6 +167,7 @@ func (d instanceDir) status() (runtime.Status, error) {
 	}
 	st := runtime.Status{
 		ID:                     c.ID,
+		SandboxID:              c.Spec.SandboxID,
 		PodUID:                 c.Spec.PodUID,
 		PodNamespace:           c.Spec.PodNamespace,
 		PodName:                c.Spec.PodName,

@@ -1,35 +1,27 @@
 package process
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/podvisor/podvisor/internal/diskusage"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// Usage is what one container instance uses, for eviction.
-type Usage struct {
-	// MemoryWorkingSet is the cgroup's usage less its inactive file pages,
-	// as cAdvisor's working set; 0 without a cgroup.
-	MemoryWorkingSet int64
-	// Processes are the tasks in the cgroup (0 without one).
-	Processes int64
-	// Writable is the instance's work directory: what stands for a
-	// container's writable layer in the process runtime.
-	Writable diskusage.Usage
-}
-
-// Usage measures instance id. A container without cgroups (not root) has no
-// memory or process measure.
-func (r *Runtime) Usage(id string) (Usage, error) {
+// Usage measures instance id: memory working set and tasks of its cgroup
+// (none without one, when not root), and its work directory, which stands
+// for a container's writable layer here.
+func (r *Runtime) Usage(_ context.Context, id string) (runtime.Usage, error) {
 	d, err := r.dir(id)
 	if err != nil {
-		return Usage{}, err
+		return runtime.Usage{}, err
 	}
-	var u Usage
-	u.Writable = diskusage.Of(d.path(workDir))
+	var u runtime.Usage
+	w := diskusage.Of(d.path(workDir))
+	u.WritableBytes, u.WritableInodes = w.Bytes, w.Inodes
 	st, err := d.readState()
 	if err != nil {
 		return u, nil

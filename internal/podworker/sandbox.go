@@ -1,0 +1,172 @@
+package podworker
+
+import (
+	"context"
+	"maps"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// The pod's sandbox: made when the core asks for one (ActionRunSandbox),
+// its IPs are the pod's, stopped once the pod is done, removed with the
+// pod. A failed creation is retried after sandboxRetry, as the kubelet's
+// pod worker retries a failed sync.
+const sandboxRetry = 10 * time.Second
+
+// sandboxReadyLocked: the newest sandbox is ready, so containers can start.
+func (w *worker) sandboxReadyLocked() bool {
+	n := len(w.sandboxes)
+	return n > 0 && w.sandboxes[n-1].State == runtime.SandboxReady
+}
+
+// podIPLocked is the pod's IP: the newest sandbox's, kept after it stopped
+// (a terminated pod still shows the IP it had, as upstream); empty before
+// the first sandbox.
+func (w *worker) podIPLocked() string {
+	if n := len(w.sandboxes); n > 0 && len(w.sandboxes[n-1].IPs) > 0 {
+		return w.sandboxes[n-1].IPs[0]
+	}
+	return ""
+}
+
+func (w *worker) podIP() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.podIPLocked()
+}
+
+// sandboxIDLocked is the sandbox new containers join.
+func (w *worker) sandboxIDLocked() string {
+	if n := len(w.sandboxes); n > 0 {
+		return w.sandboxes[n-1].ID
+	}
+	return ""
+}
+
+func sortSandboxes(list []runtime.SandboxStatus) {
+	sort.SliceStable(list, func(i, j int) bool {
+		if list[i].Attempt != list[j].Attempt {
+			return list[i].Attempt < list[j].Attempt
+		}
+		return list[i].CreatedAt.Before(list[j].CreatedAt)
+	})
+}
+
+// runSandbox makes a new sandbox (Attempt one past the newest) on its own
+// goroutine; one at a time, and not before a failed one's retry time.
+func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
+	now := w.m.cfg.Clock.Now()
+	w.mu.Lock()
+	if w.sandboxBusy || now.Before(w.sandboxRetryAt) {
+		w.mu.Unlock()
+		return
+	}
+	w.sandboxBusy = true
+	var attempt int32
+	if n := len(w.sandboxes); n > 0 {
+		attempt = w.sandboxes[n-1].Attempt + 1
+	}
+	w.mu.Unlock()
+	go func() {
+		defer w.poke()
+		rt := w.m.cfg.Runtime
+		id, err := rt.RunSandbox(ctx, sandboxSpec(pod, attempt, w.podDir()))
+		var st runtime.SandboxStatus
+		if err == nil {
+			st, err = rt.SandboxStatus(ctx, id)
+		}
+		w.mu.Lock()
+		w.sandboxBusy = false
+		if err == nil {
+			w.sandboxes = append(w.sandboxes, st)
+			sortSandboxes(w.sandboxes)
+		} else {
+			w.sandboxRetryAt = w.m.cfg.Clock.Now().Add(sandboxRetry)
+		}
+		w.mu.Unlock()
+		if err != nil {
+			w.m.cfg.Log.Warn("creating pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)
+			w.m.cfg.Clock.AfterFunc(sandboxRetry, w.poke)
+		}
+	}()
+}
+
+// stopSandboxes stops the pod's ready sandboxes once it is done: nothing of
+// it runs any more, and its network is released.
+func (w *worker) stopSandboxes(ctx context.Context, pod *v1.Pod) {
+	w.mu.Lock()
+	var ids []string
+	for i, sb := range w.sandboxes {
+		if sb.State == runtime.SandboxReady {
+			ids = append(ids, sb.ID)
+			w.sandboxes[i].State = runtime.SandboxNotReady
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range ids {
+		if err := w.m.cfg.Runtime.StopSandbox(ctx, id); err != nil && !runtime.IsNotFound(err) {
+			w.m.cfg.Log.Warn("stopping pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
+		}
+	}
+}
+
+// removeSandboxes removes every sandbox of the pod (and what is left in them).
+func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
+	w.mu.Lock()
+	list := w.sandboxes
+	w.sandboxes = nil
+	w.mu.Unlock()
+	for _, sb := range list {
+		if err := w.m.cfg.Runtime.RemoveSandbox(ctx, sb.ID); err != nil && !runtime.IsNotFound(err) {
+			w.m.cfg.Log.Warn("removing pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", sb.ID, "err", err)
+		}
+	}
+}
+
+// sandboxSpec is the sandbox a kubelet asks for: the pod's identity,
+// labels and annotations, its hostname, host network, log directory and
+// host ports.
+func sandboxSpec(pod *v1.Pod, attempt int32, logDir string) runtime.SandboxSpec {
+	// The pod's identity labels a kubelet adds are the runtime's to add:
+	// the identity is in the spec's fields.
+	spec := runtime.SandboxSpec{
+		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, Attempt: attempt,
+		HostNetwork: pod.Spec.HostNetwork, LogDir: logDir,
+		Labels: maps.Clone(pod.Labels), Annotations: maps.Clone(pod.Annotations),
+	}
+	if !pod.Spec.HostNetwork {
+		spec.Hostname = podHostname(pod)
+	}
+	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		for _, p := range c.Ports {
+			if p.HostPort == 0 {
+				continue
+			}
+			proto := string(p.Protocol)
+			if proto == "" {
+				proto = string(v1.ProtocolTCP)
+			}
+			spec.Ports = append(spec.Ports, runtime.PortMapping{Protocol: proto, ContainerPort: p.ContainerPort, HostPort: p.HostPort, HostIP: p.HostIP})
+		}
+	}
+	return spec
+}
+
+// podHostname is spec.hostname, else the pod's name, cut to 63 characters
+// without a trailing '-' or '.', as upstream.
+func podHostname(pod *v1.Pod) string {
+	h := pod.Name
+	if pod.Spec.Hostname != "" {
+		h = pod.Spec.Hostname
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}

@@ -1,0 +1,126 @@
+package podworker
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+func startManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// One sandbox before the first container: its IP is the pod's, every
+// container joins it, and it goes with the pod.
+func TestSandboxComesFirstAndGoesWithThePod(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.sandboxIP = "10.88.0.7"
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", HostIP: "192.0.2.1", PodsDir: t.TempDir(), Runtime: rt,
+		Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("web")
+	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "d", Command: []string{"sleep", "3600"}})
+	m.UpdatePod(pod)
+	st := waitStatus(t, statuses, pod.UID, "both containers running", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 2 && st.ContainerStatuses[0].State.Running != nil && st.ContainerStatuses[1].State.Running != nil
+	})
+	if st.PodIP != "10.88.0.7" || len(st.PodIPs) != 1 || st.PodIPs[0].IP != "10.88.0.7" || st.HostIP != "192.0.2.1" {
+		t.Errorf("podIP %q podIPs %v hostIP %q: want the sandbox's IP and the node's", st.PodIP, st.PodIPs, st.HostIP)
+	}
+	sbs, _ := rt.ListSandboxes(context.Background())
+	if len(sbs) != 1 || sbs[0].PodUID != string(pod.UID) || sbs[0].Attempt != 0 {
+		t.Fatalf("sandboxes %+v, want one of attempt 0 for the pod", sbs)
+	}
+	list, _ := rt.List(context.Background())
+	for _, c := range list {
+		if c.SandboxID != sbs[0].ID {
+			t.Errorf("container %s in sandbox %q, want %q", c.Name, c.SandboxID, sbs[0].ID)
+		}
+	}
+	if c := podCondition(st, v1.PodReadyToStartContainers); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("PodReadyToStartContainers %+v, want True", c)
+	}
+	m.RemovePod(pod)
+	waitFor(t, "the sandbox removed with the pod", func() bool {
+		sbs, _ := rt.ListSandboxes(context.Background())
+		return len(sbs) == 0
+	})
+}
+
+// A sandbox that cannot be made: an event, containers waiting, and a retry
+// after sandboxRetry that succeeds.
+func TestSandboxFailureIsRetried(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.sandboxFailures = 1
+	clk := clocktesting.NewFakeClock(time.Now())
+	rec := record.NewFakeRecorder(100)
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+		Status: statuses, Recorder: rec})
+	pod := testPod("web")
+	m.UpdatePod(pod)
+	waitFor(t, "a FailedCreatePodSandBox event", func() bool {
+		select {
+		case e := <-rec.Events:
+			return strings.Contains(e, "FailedCreatePodSandBox Failed to create pod sandbox: no network")
+		default:
+			return false
+		}
+	})
+	st := waitStatus(t, statuses, pod.UID, "the container waiting", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Waiting != nil
+	})
+	if c := podCondition(st, v1.PodReadyToStartContainers); c == nil || c.Status != v1.ConditionFalse {
+		t.Errorf("PodReadyToStartContainers %+v, want False without a sandbox", c)
+	}
+	if list, _ := rt.List(context.Background()); len(list) != 0 {
+		t.Fatalf("containers created without a sandbox: %+v", list)
+	}
+	// The retry timer may not be set yet when the event is seen: step the
+	// clock until the retry has happened.
+	waitFor(t, "running after the retry", func() bool {
+		clk.Step(sandboxRetry)
+		st, _ := statuses.get(pod.UID)
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+}
+
+func podCondition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == t {
+			return &st.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var _ runtime.Runtime = (*fakeRuntime)(nil)

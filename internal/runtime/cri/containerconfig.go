@@ -1,0 +1,145 @@
+package cri
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// containerInput is what CreateContainer adds to a ContainerSpec: where its
+// sandbox logs, and the host file behind its termination message.
+type containerInput struct {
+	spec            runtime.ContainerSpec
+	sandboxLogDir   string
+	hostNetwork     bool
+	terminationFile string // empty without a TerminationMessagePath
+}
+
+// containerConfig is the ContainerConfig a kubelet would give. Command and
+// Args go as given: CRI runtimes apply the image's entrypoint and cmd by
+// Kubernetes' rules when they are empty.
+func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
+	spec := in.spec
+	if spec.Image == "" {
+		return nil, fmt.Errorf("container %s: no image: %w", spec.Name, runtime.ErrInvalid)
+	}
+	logPath, err := relativeLogPath(in.sandboxLogDir, spec.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("container %s: %w", spec.Name, err)
+	}
+	labels := withPodLabels(spec.Labels, spec.PodNamespace, spec.PodName, spec.PodUID)
+	labels[labelContainerName] = spec.Name
+	annotations := map[string]string{
+		annotationRestartCount: strconv.Itoa(int(spec.Attempt)),
+		annotationSandboxID:    spec.SandboxID,
+	}
+
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata:   &runtimeapi.ContainerMetadata{Name: spec.Name, Attempt: uint32(spec.Attempt)},
+		Image:      &runtimeapi.ImageSpec{Image: spec.Image},
+		Command:    spec.Command,
+		Args:       spec.Args,
+		WorkingDir: spec.WorkingDir,
+		Labels:     labels,
+		LogPath:    logPath,
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources: linuxResources(spec.Resources),
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+				NamespaceOptions: namespaceOptions(in.hostNetwork),
+			},
+		},
+	}
+	for _, kv := range spec.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
+	}
+	for _, m := range spec.Mounts {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{
+			ContainerPath: m.ContainerPath,
+			HostPath:      m.HostPath,
+			Readonly:      m.ReadOnly,
+			Propagation:   runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+		})
+	}
+	if spec.TerminationMessagePath != "" && in.terminationFile != "" {
+		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{
+			ContainerPath: spec.TerminationMessagePath,
+			HostPath:      in.terminationFile,
+		})
+		annotations[annotationTerminationPath] = spec.TerminationMessagePath
+		annotations[annotationTerminationFile] = in.terminationFile
+	}
+	if u := spec.User; u != nil {
+		sc := cfg.Linux.SecurityContext
+		sc.RunAsUser = &runtimeapi.Int64Value{Value: int64(u.UID)}
+		sc.RunAsGroup = &runtimeapi.Int64Value{Value: int64(u.GID)}
+		for _, g := range u.Groups {
+			sc.SupplementalGroups = append(sc.SupplementalGroups, int64(g))
+		}
+	}
+	if spec.StopSignal != 0 {
+		sig, ok := criSignal(spec.StopSignal)
+		if !ok {
+			return nil, fmt.Errorf("container %s: stop signal %d: %w", spec.Name, int(spec.StopSignal), runtime.ErrInvalid)
+		}
+		cfg.StopSignal = sig
+		annotations[annotationStopSignal] = strconv.Itoa(int(spec.StopSignal))
+	}
+	cfg.Annotations = annotations
+	return cfg, nil
+}
+
+// relativeLogPath is logPath relative to the sandbox's log directory, as
+// CRI wants it; a log outside that directory is refused.
+func relativeLogPath(dir, logPath string) (string, error) {
+	if logPath == "" {
+		return "", fmt.Errorf("no log path: %w", runtime.ErrInvalid)
+	}
+	if dir == "" {
+		return "", fmt.Errorf("log path %s: the sandbox has no log directory: %w", logPath, runtime.ErrInvalid)
+	}
+	rel, err := filepath.Rel(dir, logPath)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || !filepath.IsAbs(logPath) {
+		return "", fmt.Errorf("log path %s is not inside the sandbox's log directory %s: %w", logPath, dir, runtime.ErrInvalid)
+	}
+	return rel, nil
+}
+
+func linuxResources(r runtime.Resources) *runtimeapi.LinuxContainerResources {
+	return &runtimeapi.LinuxContainerResources{
+		MemoryLimitInBytes: r.MemoryLimitBytes,
+		CpuQuota:           r.CPUQuotaMicros,
+		CpuPeriod:          r.CPUPeriodMicros,
+		CpuShares:          int64(r.CPUShares),
+	}
+}
+
+// criSignal names sig as CRI's Signal enum does (alphabetical, not by
+// number); false for a signal CRI cannot express.
+func criSignal(sig syscall.Signal) (runtimeapi.Signal, bool) {
+	name := unix.SignalName(sig)
+	if rtmin, rtmax := syscall.Signal(34), syscall.Signal(64); sig >= rtmin && sig <= rtmax {
+		switch {
+		case sig == rtmin:
+			name = "SIGRTMIN"
+		case sig == rtmax:
+			name = "SIGRTMAX"
+		case sig-rtmin <= 15:
+			name = fmt.Sprintf("SIGRTMINPLUS%d", sig-rtmin)
+		default:
+			name = fmt.Sprintf("SIGRTMAXMINUS%d", rtmax-sig)
+		}
+	}
+	v, ok := runtimeapi.Signal_value[name]
+	if !ok || name == "" {
+		return runtimeapi.Signal_RUNTIME_DEFAULT, false
+	}
+	return runtimeapi.Signal(v), true
+}

@@ -1,0 +1,154 @@
+package cri
+
+import (
+	"sync"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// tracker knows the last state seen of every container, from whichever
+// source saw it first (the runtime's event stream, a relist, this
+// runtime's own calls), and turns each advance to running or exited into
+// one event. States only move forward, so a stale relist cannot take a
+// container back, and two sources seeing the same exit make one event.
+//
+// Events are coalesced per container and queued without bound: a consumer
+// that does not receive for a while gets, per container, one event with
+// its latest state; an exit is never dropped.
+type tracker struct {
+	out  chan runtime.Event
+	kick chan struct{} // capacity 1: "pending is not empty"
+	stop chan struct{}
+
+	mu      sync.Mutex
+	known   map[string]*tracked
+	gen     uint64 // incremented by each relist
+	pending map[string]runtime.Event
+	order   []string // ids of pending, oldest first
+}
+
+type tracked struct {
+	podUID, name string
+	state        runtime.State
+	gen          uint64 // the relist generation it was last seen in (or added during)
+}
+
+func newTracker() *tracker {
+	t := &tracker{
+		out:     make(chan runtime.Event),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		known:   map[string]*tracked{},
+		pending: map[string]runtime.Event{},
+	}
+	go t.run()
+	return t
+}
+
+// seed records states without making events: what the agent learns from
+// List instead.
+func (t *tracker) seed(id, podUID, name string, s runtime.State) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.known[id]; !ok {
+		t.known[id] = &tracked{podUID: podUID, name: name, state: s, gen: t.gen}
+	}
+}
+
+// observe records that container id is in state s, and queues an event if
+// that is news: running or exited, later than the last state known.
+func (t *tracker) observe(id, podUID, name string, s runtime.State) {
+	t.mu.Lock()
+	c, ok := t.known[id]
+	if !ok {
+		c = &tracked{podUID: podUID, name: name, gen: t.gen}
+		t.known[id] = c
+	}
+	c.gen = max(c.gen, t.gen)
+	if s <= c.state {
+		t.mu.Unlock()
+		return
+	}
+	c.state = s
+	if s != runtime.StateRunning && s != runtime.StateExited {
+		t.mu.Unlock()
+		return
+	}
+	if _, queued := t.pending[id]; !queued {
+		t.order = append(t.order, id)
+	}
+	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: s}
+	t.mu.Unlock()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// lookup returns what is known of container id.
+func (t *tracker) lookup(id string) (podUID, name string, s runtime.State, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, ok := t.known[id]
+	if !ok {
+		return "", "", runtime.StateUnknown, false
+	}
+	return c.podUID, c.name, c.state, true
+}
+
+// forget drops a removed container.
+func (t *tracker) forget(id string) {
+	t.mu.Lock()
+	delete(t.known, id)
+	t.mu.Unlock()
+}
+
+// beginRelist returns the generation of a relist about to list containers.
+func (t *tracker) beginRelist() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+	return t.gen
+}
+
+// endRelist forgets the containers the relist of generation gen did not
+// observe, unless something else observed them since it began (created
+// meanwhile).
+func (t *tracker) endRelist(gen uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, c := range t.known {
+		if c.gen < gen {
+			delete(t.known, id)
+		}
+	}
+}
+
+func (t *tracker) run() {
+	for {
+		select {
+		case <-t.kick:
+		case <-t.stop:
+			return
+		}
+		for {
+			t.mu.Lock()
+			if len(t.order) == 0 {
+				t.mu.Unlock()
+				break
+			}
+			id := t.order[0]
+			t.order = t.order[1:]
+			ev := t.pending[id]
+			delete(t.pending, id)
+			t.mu.Unlock()
+			select {
+			case t.out <- ev:
+			case <-t.stop:
+				return
+			}
+		}
+	}
+}
+
+func (t *tracker) close() { close(t.stop) }

@@ -1,0 +1,171 @@
+// Command testserver is the program of the podvisor.test/testserver image:
+// like upstream's agnhost, one static binary whose first argument picks what
+// a test container does.
+//
+//	serve [--port 8080]   HTTP: / and /hostname (the hostname), /healthz (200,
+//	                      or 503 after /healthz/fail until /healthz/ok),
+//	                      /echo?msg=M (M), /exit?code=N (answers, then exits N)
+//	pause                 waits for SIGTERM or SIGINT, then exits 0
+//	fail N                exits with code N
+//	sleep D               sleeps D (a Go duration or seconds), then exits 0
+//	stop-signal           waits for any catchable stop signal, prints
+//	                      "received SIGNAME" and exits 0
+//	entrypoint-tester     prints its argv, uid:gid, working directory and
+//	                      environment, then exits 0
+//
+// Every line it prints goes to stdout, so tests read it from the container log.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|pause|fail N|sleep D|stop-signal|entrypoint-tester")
+		os.Exit(2)
+	}
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "serve", "netexec", "serve-hostname":
+		serve(args)
+	case "pause":
+		waitFor(syscall.SIGTERM, syscall.SIGINT)
+	case "fail":
+		os.Exit(fail(args))
+	case "sleep":
+		sleep(args)
+	case "stop-signal":
+		waitFor(syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGHUP,
+			syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+	case "entrypoint-tester":
+		entrypointTester()
+	default:
+		fmt.Fprintf(os.Stderr, "testserver: unknown mode %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+// waitFor blocks until one of sigs arrives, says which, and exits 0.
+func waitFor(sigs ...os.Signal) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, sigs...)
+	fmt.Println("waiting for a signal")
+	sig := <-c
+	fmt.Printf("received %s\n", signalName(sig))
+	os.Exit(0)
+}
+
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		if name := unix.SignalName(s); name != "" {
+			return name
+		}
+	}
+	return sig.String()
+}
+
+func fail(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: testserver fail N")
+		return 2
+	}
+	code, err := strconv.Atoi(args[0])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver fail: %v\n", err)
+		return 2
+	}
+	fmt.Printf("failing with exit code %d\n", code)
+	return code
+}
+
+func sleep(args []string) {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: testserver sleep DURATION")
+		os.Exit(2)
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		secs, err2 := strconv.ParseFloat(args[0], 64)
+		if err2 != nil {
+			fmt.Fprintf(os.Stderr, "testserver sleep: %v\n", err)
+			os.Exit(2)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	fmt.Printf("sleeping %s\n", d)
+	time.Sleep(d)
+}
+
+func entrypointTester() {
+	for i, a := range os.Args {
+		fmt.Printf("argv[%d]=%s\n", i, a)
+	}
+	fmt.Printf("uid=%d gid=%d\n", os.Getuid(), os.Getgid())
+	wd, _ := os.Getwd()
+	fmt.Printf("cwd=%s\n", wd)
+	env := os.Environ()
+	sort.Strings(env)
+	for _, e := range env {
+		fmt.Printf("env %s\n", e)
+	}
+}
+
+func serve(args []string) {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	port := fs.Int("port", 8080, "port to listen on")
+	fs.Parse(args)
+
+	var failing atomic.Bool
+	hostname, _ := os.Hostname()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hostname) })
+	mux.HandleFunc("/hostname", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hostname) })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			http.Error(w, "failing", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	mux.HandleFunc("/healthz/fail", func(w http.ResponseWriter, r *http.Request) { failing.Store(true) })
+	mux.HandleFunc("/healthz/ok", func(w http.ResponseWriter, r *http.Request) { failing.Store(false) })
+	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.URL.Query().Get("msg")) })
+	mux.HandleFunc("/exit", func(w http.ResponseWriter, r *http.Request) {
+		code, err := strconv.Atoi(r.URL.Query().Get("code"))
+		if err != nil {
+			http.Error(w, "code: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "exiting with %d", code)
+		w.(http.Flusher).Flush()
+		fmt.Printf("exiting with %d on request\n", code)
+		// Exit after the handler returns, so the client gets its answer.
+		go func() { time.Sleep(100 * time.Millisecond); os.Exit(code) }()
+	})
+
+	go waitFor(syscall.SIGTERM, syscall.SIGINT)
+	// Listen before saying so: a test waits for the line, then connects.
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", *port))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("serving on %s\n", l.Addr())
+	if err := http.Serve(l, mux); err != nil {
+		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
+		os.Exit(1)
+	}
+}
