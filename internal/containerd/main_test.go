@@ -165,7 +165,7 @@ func (n *testNode) cleanUp() {
 	}
 	n.stop()
 	os.RemoveAll(n.p.Paths().State)
-	exec.Command("ip", "link", "del", defaultBridge(n.p.Paths())).Run()
+	exec.Command("ip", "link", "del", n.p.Paths().DefaultBridge()).Run()
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/podvisor-test")
 	for _, d := range dirs {
 		os.Remove(d)

@@ -83,6 +83,7 @@ type Options struct {
 type Process struct {
 	paths       Paths
 	snapshotter string
+	bridge      string
 	cmd         *exec.Cmd
 	done        chan struct{}
 	err         error // how it exited; set before done is closed
@@ -132,6 +133,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.bridge = o.Bridge
 	o.Log.Info("containerd starting", "pid", p.cmd.Process.Pid, "socket", paths.Socket, "snapshotter", o.Snapshotter, "log", paths.Log)
 	if err := p.setUp(ctx, o); err != nil {
 		p.kill()
@@ -211,14 +213,15 @@ func (o Options) complete() (Options, Paths, error) {
 		return o, paths, err
 	}
 	if o.Bridge == "" {
-		o.Bridge = defaultBridge(paths)
+		o.Bridge = paths.DefaultBridge()
 	}
 	return o, paths, nil
 }
 
-// defaultBridge is pv-<8 hex>: a name per data directory, within the
-// 15 bytes of a Linux interface name.
-func defaultBridge(p Paths) string {
+// DefaultBridge is the pod network's bridge unless Options.Bridge says
+// otherwise: pv-<8 hex>, a name per data directory, within the 15 bytes of
+// a Linux interface name.
+func (p Paths) DefaultBridge() string {
 	return "pv-" + strings.TrimPrefix(filepath.Base(p.State), "containerd-")[:8]
 }
 
@@ -355,6 +358,38 @@ func (p *Process) waitCRI(ctx context.Context) error {
 			continue
 		}
 		return nil
+	}
+}
+
+// SetPodCIDR writes the pod network's CNI config for podCIDR (the node's
+// spec.podCIDR, known once the node is registered) and returns once the
+// CRI reports the network ready, so that no sandbox is refused for want of
+// it. Writing the same CIDR again is harmless.
+func (p *Process) SetPodCIDR(ctx context.Context, podCIDR netip.Prefix) error {
+	if err := writeCNIConfig(p.paths, p.bridge, podCIDR); err != nil {
+		return fmt.Errorf("containerd: CNI config: %w", err)
+	}
+	rs, err := criclient.NewRemoteRuntimeService(ctx, p.paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		return fmt.Errorf("containerd: %w", err)
+	}
+	defer rs.Close(context.Background())
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := rs.Status(ctx, false)
+		if err == nil {
+			if c := condition(st, runtimeapi.NetworkReady); c != nil && c.Status {
+				return nil
+			}
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("containerd exited (%v): %s", p.err, p.logTail())
+		case <-ctx.Done():
+			return fmt.Errorf("containerd: the pod network did not become ready: %w", ctx.Err())
+		case <-tick.C:
+		}
 	}
 }
 
