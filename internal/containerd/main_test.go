@@ -165,7 +165,7 @@ func (n *testNode) cleanUp() {
 	}
 	n.stop()
 	os.RemoveAll(n.p.Paths().State)
-	exec.Command("ip", "link", "del", n.p.Paths().DefaultBridge()).Run()
+	RemovePodNetwork(n.p.Paths(), "")
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/podvisor-test")
 	for _, d := range dirs {
 		os.Remove(d)

@@ -122,6 +122,9 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		if err := writeCNIConfig(paths, o.Bridge, o.PodCIDR); err != nil {
 			return nil, fmt.Errorf("containerd: CNI config: %w", err)
 		}
+		if err := ensureMasquerade(o.Bridge, o.PodCIDR); err != nil {
+			return nil, fmt.Errorf("containerd: %w", err)
+		}
 	}
 	cfg := config{Paths: paths, Snapshotter: o.Snapshotter, SandboxImage: SandboxImage,
 		Runc: o.Runc, Shim: o.Shim, CNIBinDirs: o.CNIBinDirs, StreamPort: o.StreamPort}
@@ -368,6 +371,9 @@ func (p *Process) waitCRI(ctx context.Context) error {
 func (p *Process) SetPodCIDR(ctx context.Context, podCIDR netip.Prefix) error {
 	if err := writeCNIConfig(p.paths, p.bridge, podCIDR); err != nil {
 		return fmt.Errorf("containerd: CNI config: %w", err)
+	}
+	if err := ensureMasquerade(p.bridge, podCIDR); err != nil {
+		return fmt.Errorf("containerd: %w", err)
 	}
 	rs, err := criclient.NewRemoteRuntimeService(ctx, p.paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)
 	if err != nil {

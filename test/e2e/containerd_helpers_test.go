@@ -160,5 +160,5 @@ func removeContainerdState(dataDir string) {
 		}
 	}
 	_ = os.RemoveAll(paths.State)
-	_ = exec.Command("ip", "link", "del", paths.DefaultBridge()).Run()
+	containerd.RemovePodNetwork(paths, "")
 }

@@ -87,6 +87,7 @@ func (c *churn) create(ctx context.Context) {
 	n := c.created
 	pod := crashPod(c.rng, c.ns, c.nodes[c.rng.IntN(len(c.nodes))], n, c.lockDir)
 	c.mu.Unlock()
+	c.p.adapt(pod)
 	out, err := c.p.Admin.CoreV1().Pods(c.ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Logf("churn: create %s: %v", pod.Name, err)

@@ -87,6 +87,7 @@ type Podvisor struct {
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
+	imported    bool // the busybox test image is in its containerd
 	// etcdPorts are chosen once and kept across restarts of this podvisor.
 	etcdPorts [2]int
 	cmd       *exec.Cmd
@@ -239,6 +240,11 @@ func (p *Podvisor) Start() {
 	cfg.QPS, cfg.Burst = 100, 200
 	p.AdminCfg = cfg
 	p.Admin = kubernetes.NewForConfigOrDie(cfg)
+	if p.Runtime == "containerd" && !p.imported {
+		// What adapt gives pods written for the process runtime.
+		p.importImages("busybox")
+		p.imported = true
+	}
 }
 
 // Stop sends SIGTERM and waits for a clean exit.

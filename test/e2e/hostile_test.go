@@ -73,6 +73,7 @@ func TestHostileSpecs(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			p.adapt(c.pod)
 			_, err := p.Admin.CoreV1().Pods(e.ns).Create(ctx, c.pod, metav1.CreateOptions{})
 			mu.Lock()
 			defer mu.Unlock()

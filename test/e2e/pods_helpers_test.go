@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/test/images"
 )
 
 var (
@@ -124,12 +126,29 @@ func (p *Podvisor) pod(ns, name string, policy v1.RestartPolicy, containers ...v
 	}
 }
 
+// adapt makes a pod written for the process runtime ("none" images,
+// host commands) run on the containerd runtime: its containers run the
+// busybox test image, whose shell and applets the scripts use.
+func (p *Podvisor) adapt(pod *v1.Pod) {
+	if p.Runtime != "containerd" {
+		return
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if list[i].Image == "none" {
+				list[i].Image, list[i].ImagePullPolicy = images.BusyboxImage, v1.PullIfNotPresent
+			}
+		}
+	}
+}
+
 func sh(name, script string) v1.Container {
 	return v1.Container{Name: name, Image: "none", Command: []string{"sh", "-c", script}}
 }
 
 func (p *Podvisor) create(t *testing.T, pod *v1.Pod) *v1.Pod {
 	t.Helper()
+	p.adapt(pod)
 	out, err := p.Admin.CoreV1().Pods(pod.Namespace).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s: %v", pod.Name, err)

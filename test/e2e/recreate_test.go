@@ -217,8 +217,9 @@ func (r *runningRecorder) createAll(names []string) ([]types.UID, map[types.UID]
 			deadline := time.Now().Add(60 * time.Second)
 			for {
 				at := time.Now()
-				pod, err := r.p.Admin.CoreV1().Pods(r.ns).Create(context.Background(),
-					r.p.pod(r.ns, name, v1.RestartPolicyAlways, sh("c", "sleep 3600")), metav1.CreateOptions{})
+				pod := r.p.pod(r.ns, name, v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+				r.p.adapt(pod)
+				pod, err := r.p.Admin.CoreV1().Pods(r.ns).Create(context.Background(), pod, metav1.CreateOptions{})
 				if err == nil {
 					r.mu.Lock()
 					r.names[pod.UID] = name
