@@ -20,8 +20,8 @@ import (
 )
 
 // These tests run a private containerd (containerd_test.go) and prove the
-// runtime's contract against it. They skip when not root or when
-// containerd, runc or the CNI plugins are not installed.
+// runtime's contract against it. They skip when not root or when runc or
+// the CNI plugins are not installed.
 
 func newRuntime(t *testing.T, c *testContainerd, stateDir string) *Runtime {
 	t.Helper()
@@ -488,11 +488,7 @@ func TestContainerdRestartLosesNoExit(t *testing.T) {
 	r, ctx, pod := podFixture(t)
 	whileDown := createStart(t, r, pod.container("down", "sh", "-c", "sleep 1; exit 9"))
 	afterwards := createStart(t, r, pod.container("after", "sh", "-c", "sleep 6; exit 6"))
-	shared.terminate()
-	time.Sleep(2 * time.Second) // "down" exits meanwhile
-	if err := shared.launch(); err != nil {
-		t.Fatal(err)
-	}
+	shared.restart(t, func() { time.Sleep(2 * time.Second) }) // "down" exits meanwhile
 	waitExits(t, r, 20*time.Second, whileDown, afterwards)
 	for id, code := range map[string]int32{whileDown: 9, afterwards: 6} {
 		st, err := r.Status(ctx, id)
