@@ -51,9 +51,9 @@ type testContainerd struct {
 	endpoint string
 	podCIDR  netip.Prefix
 	log      string // containerd's own output
-	major    int    // containerd's major version
 	dir      string // everything it keeps, removed at the end
-	err      error  // why there is none: the tests skip with it
+	skip     string // why there can be none here: the tests skip
+	err      error  // why it did not start: the tests fail
 }
 
 // daemon is one way of running containerd.
@@ -86,8 +86,11 @@ func needContainerd(t *testing.T) *testContainerd {
 		t.Skip("integration test: not with -short")
 	}
 	sharedOnce.Do(func() { shared = startContainerd() })
+	if shared.skip != "" {
+		t.Skipf("no containerd for the integration tests: %s", shared.skip)
+	}
 	if shared.err != nil {
-		t.Skipf("no containerd for the integration tests: %v", shared.err)
+		t.Fatalf("containerd for the integration tests: %v", shared.err)
 	}
 	return shared
 }
@@ -108,7 +111,11 @@ func (c *testContainerd) restart(t *testing.T, away func()) {
 func startContainerd() *testContainerd {
 	c := &testContainerd{podCIDR: netip.MustParsePrefix(testPodCIDR)}
 	if os.Geteuid() != 0 {
-		c.err = fmt.Errorf("not root: containerd mounts and runs runc")
+		c.skip = "not root: containerd mounts and runs runc"
+		return c
+	}
+	if err := missingPieces(); err != nil {
+		c.skip = err.Error()
 		return c
 	}
 	dir, err := os.MkdirTemp("", "pvcri")
@@ -143,11 +150,6 @@ func startEmbedded(c *testContainerd) (daemon, error) {
 		Bridge:     testBridge,
 		Timeout:    2 * time.Minute, // a loaded 2-core machine
 	}}
-	// What is missing is checked before the shim is built: a machine
-	// without runc or the CNI plugins skips at once.
-	if err := missingPieces(); err != nil {
-		return nil, err
-	}
 	if e.o.Shim, err = buildShim(c.dir); err != nil {
 		return nil, err
 	}
@@ -164,7 +166,6 @@ func startEmbedded(c *testContainerd) (daemon, error) {
 		return nil, err
 	}
 	c.log = paths.Log
-	c.major = 2
 	if err := e.start(); err != nil {
 		return e, err
 	}
@@ -172,8 +173,8 @@ func startEmbedded(c *testContainerd) (daemon, error) {
 	return e, nil
 }
 
-// missingPieces says which of runc and the CNI plugins, which the embedded
-// containerd needs from the distribution, is not installed.
+// missingPieces says which of runc and the CNI plugins, which containerd
+// needs from the distribution, is not installed.
 func missingPieces() error {
 	runc := false
 	for _, p := range []string{"/usr/sbin/runc", "/usr/bin/runc"} {
@@ -243,7 +244,7 @@ func (c *testContainerd) remove() {
 		c.cleanDir()
 		return
 	}
-	if c.err == nil {
+	if c.err == nil && c.skip == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if r, err := New(ctx, Config{Endpoint: c.endpoint, StateDir: filepath.Join(c.dir, "agent")}); err == nil {
 			list, _ := r.rs.ListPodSandbox(quiet(ctx), nil)

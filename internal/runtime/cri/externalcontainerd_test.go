@@ -38,6 +38,7 @@ type binary struct {
 	exited   chan struct{}
 	bin, ctr string // containerd and ctr
 	shim     string // containerd 2.x: its runc shim
+	major    int    // containerd's major version
 }
 
 func startExternal(c *testContainerd) (daemon, error) {
@@ -48,18 +49,18 @@ func startExternal(c *testContainerd) (daemon, error) {
 			b.ctr = filepath.Join(dir, "ctr")
 		}
 	}
-	for _, bin := range []string{b.bin, b.ctr, "runc", "/usr/lib/cni/bridge"} {
+	for _, bin := range []string{b.bin, b.ctr} {
 		if _, err := exec.LookPath(bin); err != nil {
-			return nil, fmt.Errorf("%s not installed (apt-get install containerd runc containernetworking-plugins): %w", bin, err)
+			return nil, fmt.Errorf("%s asked for but not found (Debian: apt-get install containerd): %w", bin, err)
 		}
 	}
 	out, err := exec.Command(b.bin, "--version").Output()
 	if err != nil {
 		return nil, fmt.Errorf("%s --version: %w", b.bin, err)
 	}
-	c.major = 1
+	b.major = 1
 	if strings.Contains(string(out), "containerd/v2 ") {
-		c.major = 2
+		b.major = 2
 		if b.shim == "" {
 			b.shim = filepath.Join(filepath.Dir(b.bin), "containerd-shim-runc-v2")
 		}
@@ -98,7 +99,7 @@ func (b *binary) writeConfig() error {
 	if err := os.WriteFile(filepath.Join(cni, "10-podvisor.conflist"), []byte(conflist), 0o644); err != nil {
 		return err
 	}
-	if b.c.major >= 2 {
+	if b.major >= 2 {
 		return os.WriteFile(filepath.Join(b.c.dir, "config.toml"), []byte(b.configV2(cni)), 0o644)
 	}
 	cfg := b.configHeader(2) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
