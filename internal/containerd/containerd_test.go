@@ -243,18 +243,7 @@ func runExit3(t *testing.T, n *testNode) {
 		t.Errorf("pod IP %q (%v), want one in %s", st.GetStatus().GetNetwork().GetIp(), err, n.o.PodCIDR)
 	}
 
-	id, err := rs.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
-		Image:    &runtimeapi.ImageSpec{Image: busyboxRef},
-		Command:  []string{"sh", "-c", "echo hello from podvisor; echo to stderr >&2; exit 3"},
-		LogPath:  "main/0.log",
-	}, podCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.StartContainer(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	id := createStart(t, rs, pod, podCfg, "main", "sh", "-c", "echo hello from podvisor; echo to stderr >&2; exit 3")
 	cs := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_EXITED)
 	if cs.ExitCode != 3 || cs.Reason != "Error" {
 		t.Errorf("exit code %d, reason %q; want 3, Error", cs.ExitCode, cs.Reason)
@@ -277,6 +266,8 @@ func runExit3(t *testing.T, n *testNode) {
 
 // containerd stopped while a container runs leaves it running; started
 // again, it re-adopts it: still running, exec works, stop reports its exit.
+// A container that exits while containerd is down keeps its exit code
+// (the shim's exitKeeper).
 func TestContainerOutlivesContainerdRestart(t *testing.T) {
 	needRoot(t)
 	n := startTest(t)
@@ -284,27 +275,22 @@ func TestContainerOutlivesContainerdRestart(t *testing.T) {
 	importBusybox(t, n)
 	rs := criRuntime(t, n.p)
 	pod, podCfg := runPod(t, rs, "restart")
-	id, err := rs.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
-		Metadata: &runtimeapi.ContainerMetadata{Name: "sleeper"},
-		Image:    &runtimeapi.ImageSpec{Image: busyboxRef},
-		Command:  []string{"sleep", "1000"},
-		LogPath:  "sleeper/0.log",
-	}, podCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rs.StartContainer(ctx, id); err != nil {
-		t.Fatal(err)
-	}
+	id := createStart(t, rs, pod, podCfg, "sleeper", "sleep", "1000")
 	before := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_RUNNING)
+	brief := createStart(t, rs, pod, podCfg, "brief", "sh", "-c", "sleep 2; exit 9")
+	briefStarted := time.Now()
 
 	n.stop()
 	if _, err := rs.Version(ctx, "v1"); err == nil {
 		t.Fatal("the CRI still answers with containerd stopped")
 	}
+	time.Sleep(time.Until(briefStarted.Add(3 * time.Second))) // brief exits meanwhile
 	n.start()
 
 	rs = criRuntime(t, n.p)
+	if cs := waitContainer(t, rs, brief, runtimeapi.ContainerState_CONTAINER_EXITED); cs.ExitCode != 9 || cs.Reason != "Error" {
+		t.Errorf("a container that exited while containerd was down: exit code %d, reason %q; want 9, Error", cs.ExitCode, cs.Reason)
+	}
 	after := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_RUNNING)
 	if after.StartedAt != before.StartedAt {
 		t.Errorf("started at %d, then %d: the container was restarted", before.StartedAt, after.StartedAt)
@@ -383,6 +369,26 @@ func runPod(t *testing.T, rs criapi.RuntimeService, name string) (string, *runti
 		t.Fatal(err)
 	}
 	return id, cfg
+}
+
+// createStart creates and starts the container name in pod, running cmd in
+// busybox, with its log in the pod's log directory as NAME/0.log.
+func createStart(t *testing.T, rs criapi.RuntimeService, pod string, podCfg *runtimeapi.PodSandboxConfig, name string, cmd ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	id, err := rs.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: busyboxRef},
+		Command:  cmd,
+		LogPath:  name + "/0.log",
+	}, podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.StartContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }
 
 func waitContainer(t *testing.T, rs criapi.RuntimeService, id string, state runtimeapi.ContainerState) *runtimeapi.ContainerStatus {

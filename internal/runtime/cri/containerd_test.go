@@ -14,26 +14,57 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/imagebuild"
-	"github.com/podvisor/podvisor/internal/pause"
 	"github.com/podvisor/podvisor/test/images"
 )
 
-// A private containerd for the integration tests: its own root, state,
-// socket, CNI config and bridge; never the system's /run/containerd. One
-// is started for the package run (lazily, by the first test that needs it)
-// and stopped by TestMain.
+// The integration tests run against a private containerd: by default the
+// one podvisor embeds (internal/containerd, containerd 2.x), run from this
+// test binary as `TESTBINARY containerd --config FILE`, exactly as podvisor
+// runs `podvisor containerd`. PODVISOR_TEST_CONTAINERD or
+// PODVISOR_TEST_CONTAINERD_DIR choose a containerd binary instead
+// (externalcontainerd_test.go), e.g. Debian's 1.6. One is started for the
+// package run (lazily, by the first test that needs it) and removed, with
+// every pod it still runs, by TestMain.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "containerd" {
+		os.Exit(containerd.Main(os.Args[2:]))
+	}
+	code := m.Run()
+	if shared != nil {
+		if code != 0 && shared.log != "" {
+			// The directory goes; its log is what explains a failure.
+			kept := filepath.Join(os.TempDir(), "podvisor-cri-test-containerd.log")
+			if b, err := os.ReadFile(shared.log); err == nil && os.WriteFile(kept, b, 0o644) == nil {
+				fmt.Fprintf(os.Stderr, "containerd's log: %s\n", kept)
+			}
+		}
+		shared.remove()
+	}
+	os.Exit(code)
+}
+
+// testContainerd is the containerd the tests share.
 type testContainerd struct {
-	dir      string
-	sock     string
+	daemon
 	endpoint string
-	cmd      *exec.Cmd
-	exited   chan struct{}
 	podCIDR  netip.Prefix
-	bin, ctr string // containerd and ctr
-	shim     string // containerd 2.x: its runc shim
-	major    int    // containerd's major version
-	err      error  // why there is none: the tests skip with it
+	log      string // containerd's own output
+	dir      string // everything it keeps, removed at the end
+	skip     string // why there can be none here: the tests skip
+	err      error  // why it did not start: the tests fail
+}
+
+// daemon is one way of running containerd.
+type daemon interface {
+	// stop stops containerd as a service manager would; the shims, and
+	// with them the containers, keep running.
+	stop() error
+	// start starts it (again) on the same state.
+	start() error
+	// close stops it for good, ready for its directory to go.
+	close()
 }
 
 var (
@@ -42,30 +73,10 @@ var (
 )
 
 const (
-	testBridge    = "pvcritest0"
-	testPodCIDR   = "10.213.7.0/24"
-	busyboxImage  = images.BusyboxLatestImage
-	containerdBin = "containerd"
-	// containerdDirEnv names a directory with another containerd (e.g.
-	// 2.x: containerd, ctr, containerd-shim-runc-v2) to test against
-	// instead of the one on PATH.
-	containerdDirEnv = "PODVISOR_TEST_CONTAINERD_DIR"
+	testBridge   = "pvcritest0"
+	testPodCIDR  = "10.213.7.0/24"
+	busyboxImage = images.BusyboxLatestImage
 )
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared != nil {
-		if code != 0 && shared.dir != "" {
-			// The directory goes; its log is what explains a failure.
-			kept := filepath.Join(os.TempDir(), "podvisor-cri-test-containerd.log")
-			if b, err := os.ReadFile(filepath.Join(shared.dir, "containerd.log")); err == nil && os.WriteFile(kept, b, 0o644) == nil {
-				fmt.Fprintf(os.Stderr, "containerd's log: %s\n", kept)
-			}
-		}
-		shared.stop()
-	}
-	os.Exit(code)
-}
 
 // needContainerd returns the shared containerd, or skips the test with the
 // reason there is none.
@@ -75,42 +86,37 @@ func needContainerd(t *testing.T) *testContainerd {
 		t.Skip("integration test: not with -short")
 	}
 	sharedOnce.Do(func() { shared = startContainerd() })
+	if shared.skip != "" {
+		t.Skipf("no containerd for the integration tests: %s", shared.skip)
+	}
 	if shared.err != nil {
-		t.Skipf("no containerd for the integration tests: %v", shared.err)
+		t.Fatalf("containerd for the integration tests: %v", shared.err)
 	}
 	return shared
+}
+
+// restart stops containerd, calls away while it is down, and starts it
+// again on the same state, as podvisor does across its own restarts.
+func (c *testContainerd) restart(t *testing.T, away func()) {
+	t.Helper()
+	if err := c.stop(); err != nil {
+		t.Error(err)
+	}
+	away()
+	if err := c.start(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startContainerd() *testContainerd {
 	c := &testContainerd{podCIDR: netip.MustParsePrefix(testPodCIDR)}
 	if os.Geteuid() != 0 {
-		c.err = fmt.Errorf("not root")
+		c.skip = "not root: containerd mounts and runs runc"
 		return c
 	}
-	c.bin, c.ctr, c.shim = containerdBin, "ctr", ""
-	if dir := os.Getenv(containerdDirEnv); dir != "" {
-		c.bin, c.shim = filepath.Join(dir, "containerd"), filepath.Join(dir, "containerd-shim-runc-v2")
-		if _, err := os.Stat(filepath.Join(dir, "ctr")); err == nil {
-			c.ctr = filepath.Join(dir, "ctr")
-		}
-	}
-	for _, bin := range []string{c.bin, c.ctr, "runc", "/usr/lib/cni/bridge"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			c.err = fmt.Errorf("%s not installed (apt-get install containerd runc containernetworking-plugins): %w", bin, err)
-			return c
-		}
-	}
-	out, err := exec.Command(c.bin, "--version").Output()
-	if err != nil {
-		c.err = fmt.Errorf("%s --version: %w", c.bin, err)
+	if err := missingPieces(); err != nil {
+		c.skip = err.Error()
 		return c
-	}
-	c.major = 1
-	if strings.Contains(string(out), "containerd/v2 ") {
-		c.major = 2
-		if c.shim == "" {
-			c.shim = filepath.Join(filepath.Dir(c.bin), "containerd-shim-runc-v2")
-		}
 	}
 	dir, err := os.MkdirTemp("", "pvcri")
 	if err != nil {
@@ -118,172 +124,127 @@ func startContainerd() *testContainerd {
 		return c
 	}
 	c.dir = dir
-	c.sock = filepath.Join(dir, "c.sock") // a unix socket path has at most 108 bytes
-	c.endpoint = "unix://" + c.sock
-	if err := c.writeConfig(); err != nil {
-		c.err = err
-		return c
-	}
-	if c.err = c.launch(); c.err != nil {
-		return c
-	}
-	if err := c.importImages(); err != nil {
-		c.err = err
+	if external() {
+		c.daemon, c.err = startExternal(c)
+	} else {
+		c.daemon, c.err = startEmbedded(c)
 	}
 	return c
 }
 
-func (c *testContainerd) writeConfig() error {
-	cni := filepath.Join(c.dir, "cni")
-	if err := os.MkdirAll(cni, 0o755); err != nil {
-		return err
+// embedded is podvisor's own containerd.
+type embedded struct {
+	o containerd.Options
+	p *containerd.Process
+}
+
+func startEmbedded(c *testContainerd) (daemon, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
 	}
-	conflist := fmt.Sprintf(`{
-  "cniVersion": "0.4.0",
-  "name": "podvisor-cri-test",
-  "plugins": [
-    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}},
-    {"type": "loopback"}
-  ]
-}
-`, testBridge, filepath.Join(c.dir, "ipam"), c.podCIDR.String())
-	if err := os.WriteFile(filepath.Join(cni, "10-podvisor.conflist"), []byte(conflist), 0o644); err != nil {
-		return err
+	e := &embedded{o: containerd.Options{
+		DataDir:    filepath.Join(c.dir, "data"),
+		Executable: exe,
+		PodCIDR:    c.podCIDR,
+		Bridge:     testBridge,
+		Timeout:    2 * time.Minute, // a loaded 2-core machine
+	}}
+	if e.o.Shim, err = buildShim(c.dir); err != nil {
+		return nil, err
 	}
-	if c.major >= 2 {
-		return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(c.configV2(cni)), 0o644)
+	paths, err := containerd.PathsFor(e.o.DataDir)
+	if err != nil {
+		return nil, err
 	}
-	cfg := c.configHeader(2) + fmt.Sprintf(`[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = %[1]q
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = %[2]q
-`, pause.ImageName, cni)
-	return os.WriteFile(filepath.Join(c.dir, "config.toml"), []byte(cfg), 0o644)
+	// The air-gap folder: Start imports busybox (and would import the
+	// pause image; it builds that one itself).
+	if err := os.MkdirAll(paths.Images, 0o755); err != nil {
+		return nil, err
+	}
+	if _, err := images.WriteTar(paths.Images, "busybox", imagebuild.Docker); err != nil {
+		return nil, err
+	}
+	c.log = paths.Log
+	if err := e.start(); err != nil {
+		return e, err
+	}
+	c.endpoint = e.p.Endpoint()
+	return e, nil
 }
 
-// configV2 is the config of containerd 2.x: the CRI's settings split over
-// its images and runtime plugins, the sandbox image pinned.
-func (c *testContainerd) configV2(cni string) string {
-	return c.configHeader(3) + fmt.Sprintf(`[plugins."io.containerd.nri.v1.nri"]
-  disable = true
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = %[1]q
-[plugins."io.containerd.cri.v1.runtime"]
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      runtime_path = %[3]q
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "runc"
-        Root = %[4]q
-        SystemdCgroup = false
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["/usr/lib/cni"]
-    conf_dir = %[2]q
-`, pause.ImageName, cni, c.shim, filepath.Join(c.dir, "state", "runc"))
+// missingPieces says which of runc and the CNI plugins, which containerd
+// needs from the distribution, is not installed.
+func missingPieces() error {
+	runc := false
+	for _, p := range []string{"/usr/sbin/runc", "/usr/bin/runc"} {
+		if _, err := os.Stat(p); err == nil {
+			runc = true
+		}
+	}
+	if _, err := exec.LookPath("runc"); err == nil {
+		runc = true
+	}
+	if !runc {
+		return fmt.Errorf("runc not installed (Debian: apt-get install runc)")
+	}
+	for _, d := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
+		if _, err := os.Stat(filepath.Join(d, "bridge")); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("no CNI plugins in /usr/lib/cni or /opt/cni/bin (Debian: apt-get install containernetworking-plugins)")
 }
 
-// configHeader is what every config version shares: root, state and
-// sockets in the test's directory.
-func (c *testContainerd) configHeader(version int) string {
-	return fmt.Sprintf(`version = %d
-root = %q
-state = %q
-
-[grpc]
-  address = %q
-[ttrpc]
-  address = %q
-[plugins."io.containerd.internal.v1.opt"]
-  path = %q
-`, version, filepath.Join(c.dir, "root"), filepath.Join(c.dir, "state"), c.sock, c.sock+".ttrpc", filepath.Join(c.dir, "opt"))
+// buildShim builds the runc shim into dir, as podvisor's README builds it
+// next to podvisor.
+func buildShim(dir string) (string, error) {
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/podvisor/podvisor/cmd/"+containerd.ShimBinary)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build the shim: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, containerd.ShimBinary), nil
 }
 
-// launch starts containerd and waits until it listens.
-func (c *testContainerd) launch() error {
-	os.Remove(c.sock)
-	logf, err := os.OpenFile(filepath.Join(c.dir, "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (e *embedded) start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := containerd.Start(ctx, e.o)
 	if err != nil {
 		return err
 	}
-	c.cmd = exec.Command(c.bin, "--config", filepath.Join(c.dir, "config.toml"))
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	exited := make(chan struct{})
-	c.exited = exited
-	cmd := c.cmd
-	go func() { cmd.Wait(); logf.Close(); close(exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(c.sock); err == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("containerd exited: %s", tail(filepath.Join(c.dir, "containerd.log")))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("containerd did not listen within 30s: %s", tail(filepath.Join(c.dir, "containerd.log")))
-		}
-	}
-}
-
-// terminate stops containerd as a service manager would; the shims, and
-// with them the containers, keep running.
-func (c *testContainerd) terminate() {
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(15 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
-	}
-}
-
-// importImages imports the pause image and busybox, both built offline by
-// test/images, into CRI's namespace.
-func (c *testContainerd) importImages() error {
-	for _, name := range []string{"pause", "busybox"} {
-		tarPath, err := images.WriteTar(c.dir, name, imagebuild.Docker)
-		if err != nil {
-			return err
-		}
-		out, err := exec.Command(c.ctr, "-a", c.sock, "-n", "k8s.io", "images", "import", tarPath).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ctr images import %s: %v: %s", name, err, out)
-		}
-	}
+	e.p = p
 	return nil
 }
 
-// stop removes every sandbox (so no container outlives the test run),
+func (e *embedded) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.p.Stop(ctx)
+}
+
+func (e *embedded) close() {
+	if e.p == nil {
+		return
+	}
+	select {
+	case <-e.p.Done():
+	default:
+		e.stop()
+	}
+	state := e.p.Paths().State
+	unmountUnder(state)
+	os.RemoveAll(state)
+}
+
+// remove removes every sandbox (so no container outlives the test run),
 // stops containerd, and removes what it left.
-func (c *testContainerd) stop() {
-	if c.cmd == nil || c.cmd.Process == nil {
+func (c *testContainerd) remove() {
+	if c.daemon == nil {
 		c.cleanDir()
 		return
 	}
-	if c.err == nil {
+	if c.err == nil && c.skip == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		if r, err := New(ctx, Config{Endpoint: c.endpoint, StateDir: filepath.Join(c.dir, "agent")}); err == nil {
 			list, _ := r.rs.ListPodSandbox(quiet(ctx), nil)
@@ -295,7 +256,7 @@ func (c *testContainerd) stop() {
 		}
 		cancel()
 	}
-	c.terminate()
+	c.close()
 	exec.Command("ip", "link", "del", testBridge).Run()
 	c.cleanDir()
 }
@@ -306,10 +267,16 @@ func (c *testContainerd) cleanDir() {
 	if c.dir == "" {
 		return
 	}
+	unmountUnder(c.dir)
+	os.RemoveAll(c.dir)
+}
+
+// unmountUnder unmounts, deepest first, whatever is mounted below dir.
+func unmountUnder(dir string) {
 	b, _ := os.ReadFile("/proc/self/mountinfo")
 	var mounts []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.dir+"/") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
 			mounts = append(mounts, f[4])
 		}
 	}
@@ -317,7 +284,6 @@ func (c *testContainerd) cleanDir() {
 	for _, m := range slices.Backward(mounts) {
 		syscall.Unmount(m, syscall.MNT_DETACH)
 	}
-	os.RemoveAll(c.dir)
 }
 
 func tail(path string) string {
