@@ -22,14 +22,14 @@ import (
 // the pod's volumes set up first. Every way it can fail is a configError
 // that the user sees on the container.
 func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int32) (runtime.ContainerSpec, error) {
-	if len(c.Command) == 0 {
+	features := w.m.cfg.Runtime.Features()
+	if len(c.Command) == 0 && !features.Images {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf(
 			"container %q has no command: the process runtime runs host processes and has no image to supply an entrypoint; set command", c.Name)}
 	}
 	if c.Stdin || c.TTY {
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported by the process runtime", c.Name)}
 	}
-	features := w.m.cfg.Runtime.Features()
 	user, err := containerUser(pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -39,6 +39,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	// Volumes first: upstream mounts them before it looks at any container.
 	paths, err := w.setupVolumes(ctx, pod)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
+	}
+	// Then the image, before the container's own configuration, as upstream.
+	image, err := w.ensureImage(ctx, pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -77,7 +82,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
-		Name: c.Name, Attempt: attempt, Command: cmd, Env: env,
+		Name: c.Name, Attempt: attempt, Image: image, Command: cmd, Env: env,
 		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
