@@ -69,16 +69,16 @@ type Failure struct {
 func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
 
 // Ensure makes the container's image present as its pull policy says,
-// recording upstream's events on the pod, and returns the reference to
-// create the container from (the image's ID, as upstream's imageRef). Every
-// error is a *Failure.
-func (m *Manager) Ensure(ctx context.Context, req Request) (string, error) {
+// recording upstream's events on the pod, and returns it: the container is
+// created from its ID (upstream's imageRef), and its User decides
+// runAsNonRoot. Every error is a *Failure.
+func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error) {
 	pod, image := req.Pod, req.Container.Image
 	name, err := ParseName(image)
 	if err != nil {
 		msg := invalidNameMessage(image, err)
 		m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
-		return "", &Failure{ReasonInvalidImageName, msg}
+		return runtime.Image{}, &Failure{ReasonInvalidImageName, msg}
 	}
 	policy := PullPolicy(req.Container)
 	var local runtime.Image
@@ -88,22 +88,22 @@ func (m *Manager) Ensure(ctx context.Context, req Request) (string, error) {
 		if err != nil {
 			msg := inspectFailedMessage(err)
 			m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
-			return "", &Failure{ReasonImageInspectError, msg}
+			return runtime.Image{}, &Failure{ReasonImageInspectError, msg}
 		}
 	}
 	switch decide(policy, present) {
 	case stepUseLocal:
 		m.event(pod, v1.EventTypeNormal, EventPulled, presentMessage(image))
-		return local.ID, nil
+		return local, nil
 	case stepNeverPull:
 		msg := neverPullMessage(image)
 		m.event(pod, v1.EventTypeWarning, EventErrImageNeverPull, msg)
-		return "", &Failure{ReasonErrImageNeverPull, msg}
+		return runtime.Image{}, &Failure{ReasonErrImageNeverPull, msg}
 	}
 	return m.pull(ctx, req, name)
 }
 
-func (m *Manager) pull(ctx context.Context, req Request, name Name) (string, error) {
+func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Image, error) {
 	pod, image := req.Pod, req.Container.Image
 	var secrets []v1.Secret
 	if req.PullSecrets != nil {
@@ -112,7 +112,7 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (string, err
 	keyring, err := KeyringFromSecrets(secrets)
 	if err != nil {
 		// Upstream returns the parse error itself, which becomes the reason.
-		return "", &Failure{err.Error(), err.Error()}
+		return runtime.Image{}, &Failure{err.Error(), err.Error()}
 	}
 	key := backOffKey(pod.UID, image)
 	if last, held := m.backOff.holding(key); held {
@@ -121,39 +121,42 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (string, err
 		if last != "" {
 			msg += ": " + last
 		}
-		return "", &Failure{ReasonImagePullBackOff, msg}
+		return runtime.Image{}, &Failure{ReasonImagePullBackOff, msg}
 	}
 	m.event(pod, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
-	id, size, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
+	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
 	if err != nil {
 		m.event(pod, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
 		m.backOff.failed(key, ReasonErrImagePull+": "+err.Error())
-		return "", &Failure{ReasonErrImagePull, err.Error()}
+		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
 	}
-	m.event(pod, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), size))
+	m.event(pod, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
 	m.backOff.succeeded()
-	return id, nil
+	return img, nil
 }
 
 // pullInSlot waits for a pull slot, then pulls ref with each credential in
-// turn until one works (anonymously without any); size is the pulled
-// image's, best effort; took excludes the wait for the slot.
-func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []runtime.RegistryAuth) (id string, size uint64, took time.Duration, err error) {
+// turn until one works (anonymously without any), and describes the pulled
+// image (best effort: its ID alone if the runtime cannot); took excludes
+// the wait for the slot.
+func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []runtime.RegistryAuth) (img runtime.Image, took time.Duration, err error) {
 	select {
 	case m.slots <- struct{}{}:
 	case <-ctx.Done():
-		return "", 0, 0, ctx.Err()
+		return runtime.Image{}, 0, ctx.Err()
 	}
 	defer func() { <-m.slots }()
 	start := m.cfg.Clock.Now()
-	id, err = m.pullWith(ctx, ref, creds)
-	if err == nil {
-		if img, ok, serr := m.cfg.Images.ImageStatus(ctx, id); serr == nil && ok {
-			size = img.Size
-		}
+	id, err := m.pullWith(ctx, ref, creds)
+	if err != nil {
+		return runtime.Image{}, m.cfg.Clock.Since(start), err
 	}
-	return id, size, m.cfg.Clock.Since(start), err
+	img, ok, err := m.cfg.Images.ImageStatus(ctx, id)
+	if err != nil || !ok {
+		img = runtime.Image{ID: id}
+	}
+	return img, m.cfg.Clock.Since(start), nil
 }
 
 // pullWith is upstream's kuberuntime PullImage: every credential that

@@ -57,17 +57,18 @@ func (f *fixture) events() []string {
 	}
 }
 
+// ensure returns the ID of the image to create the container from.
 func (f *fixture) ensure(t *testing.T, req Request) (string, *Failure) {
 	t.Helper()
-	ref, err := f.m.Ensure(context.Background(), req)
+	img, err := f.m.Ensure(context.Background(), req)
 	if err == nil {
-		return ref, nil
+		return img.ID, nil
 	}
 	var fail *Failure
 	if !errors.As(err, &fail) {
 		t.Fatalf("Ensure: %v is not a *Failure", err)
 	}
-	return ref, fail
+	return "", fail
 }
 
 func wantEvents(t *testing.T, got []string, want ...string) {
@@ -77,7 +78,21 @@ func wantEvents(t *testing.T, got []string, want ...string) {
 	}
 }
 
-var busybox = runtime.Image{ID: "sha256:b0b0", RepoTags: []string{"docker.io/library/busybox:1.36"}, Size: 2_160_000}
+var busybox = runtime.Image{ID: "sha256:b0b0", RepoTags: []string{"docker.io/library/busybox:1.36"}, Size: 2_160_000, User: "65532"}
+
+// The image comes back described, present or pulled: its user decides
+// runAsNonRoot.
+func TestEnsureDescribesTheImage(t *testing.T) {
+	f := newFixture(t)
+	f.store.AddLocal("busybox:1.36", busybox)
+	f.store.AddRemote("busybox:latest", busybox, nil)
+	for _, image := range []string{"busybox:1.36", "busybox"} {
+		img, err := f.m.Ensure(context.Background(), request("u", image, ""))
+		if err != nil || !reflect.DeepEqual(img, busybox) {
+			t.Errorf("%s: %+v, %v; want %+v", image, img, err, busybox)
+		}
+	}
+}
 
 func TestInvalidImageName(t *testing.T) {
 	f := newFixture(t)

@@ -6,14 +6,15 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/images"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // ensureImage makes c's image present as its pull policy says and returns
-// the reference to create it from; "" for a runtime without images. A
-// failure is an *images.Failure, the container's waiting reason.
-func (w *worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container) (string, error) {
+// it; the zero Image for a runtime without images. A failure is an
+// *images.Failure, the container's waiting reason.
+func (w *worker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container) (runtime.Image, error) {
 	if w.m.images == nil {
-		return "", nil
+		return runtime.Image{}, nil
 	}
 	return w.m.images.Ensure(ctx, images.Request{
 		Pod: pod, Container: c,

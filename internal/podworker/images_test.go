@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/runtimetest"
@@ -79,7 +80,7 @@ func (r *imageRuntime) exit() {
 }
 
 var testImage = runtime.Image{ID: "sha256:b0b0", RepoTags: []string{"docker.io/library/busybox:1.36"},
-	RepoDigests: []string{"docker.io/library/busybox@sha256:d1d1"}, Size: 2160000}
+	RepoDigests: []string{"docker.io/library/busybox@sha256:d1d1"}, Size: 2160000, User: "65532"}
 
 type imageFixture struct {
 	rt       *imageRuntime
@@ -294,9 +295,9 @@ func TestImagePullUsesThePodsPullSecret(t *testing.T) {
 	pod := imagePod("private", "registry.example.com/team/app:v1", "")
 	pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "missing"}, {Name: "regcred"}}
 	w := newWorker(m, pod, nil, nil)
-	ref, err := w.ensureImage(context.Background(), pod, &pod.Spec.Containers[0])
-	if err != nil || ref != testImage.ID {
-		t.Fatalf("ref %q, %v", ref, err)
+	img, err := w.ensureImage(context.Background(), pod, &pod.Spec.Containers[0])
+	if err != nil || img.ID != testImage.ID {
+		t.Fatalf("image %+v, %v", img, err)
 	}
 	if p := rt.Pulls(); len(p) != 1 || p[0].Auth == nil || *p[0].Auth != alice {
 		t.Errorf("pulls %+v, want one with alice's credentials", p)
@@ -305,4 +306,26 @@ func TestImagePullUsesThePodsPullSecret(t *testing.T) {
 	if e := <-rec.Events; e != want {
 		t.Errorf("first event %q, want %q", e, want)
 	}
+}
+
+// runAsNonRoot without runAsUser: the image's user decides, as upstream —
+// a non-root one runs, one without a user (root) waits with
+// CreateContainerConfigError.
+func TestImageUserDecidesRunAsNonRoot(t *testing.T) {
+	f := newImageFixture(t)
+	f.rt.AddLocal("busybox:1.36", testImage)
+	f.rt.AddLocal("root:1", runtime.Image{ID: "sha256:r00t", RepoTags: []string{"docker.io/library/root:1"}, RepoDigests: []string{"docker.io/library/root@sha256:r"}})
+	nonRoot := &v1.PodSecurityContext{RunAsNonRoot: ptr.To(true)}
+	ok := imagePod("nonroot", "busybox:1.36", "")
+	ok.Spec.SecurityContext = nonRoot
+	f.m.UpdatePod(ok)
+	waitStatus(t, f.statuses, ok.UID, "running as the image's user 65532", runningOne)
+	root := imagePod("root", "root:1", "")
+	root.Spec.SecurityContext = nonRoot
+	f.m.UpdatePod(root)
+	msg := `container has runAsNonRoot and image will run as root (pod: "root_ns(uid-root)", container: c)`
+	waitStatus(t, f.statuses, root.UID, "waiting CreateContainerConfigError", func(st v1.PodStatus) bool {
+		w := waitingOf(st)
+		return w != nil && w.Reason == "CreateContainerConfigError" && w.Message == msg
+	})
 }

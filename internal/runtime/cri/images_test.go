@@ -27,7 +27,7 @@ func TestImageManagerOverContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.spec.PodName, Namespace: "test", UID: "uid-images"}}
-	ensure := func(image string, policy v1.PullPolicy) (string, error) {
+	ensure := func(image string, policy v1.PullPolicy) (runtime.Image, error) {
 		return m.Ensure(ctx, imagemgr.Request{Pod: pod, Container: &v1.Container{Name: "c", Image: image, ImagePullPolicy: policy}})
 	}
 	event := func() string {
@@ -41,9 +41,10 @@ func TestImageManagerOverContainerd(t *testing.T) {
 
 	// Present: its ID, no pull, and a container from that ID shows the
 	// image's tag and ref as the kubelet would.
-	ref, err := ensure("busybox", v1.PullIfNotPresent)
+	img, err := ensure("busybox", v1.PullIfNotPresent)
+	ref := img.ID
 	if err != nil || !strings.HasPrefix(ref, "sha256:") {
-		t.Fatalf("busybox: ref %q, %v", ref, err)
+		t.Fatalf("busybox: %+v, %v", img, err)
 	}
 	if e := event(); e != `Normal Pulled Container image "busybox" already present on machine` {
 		t.Errorf("event %q", e)
