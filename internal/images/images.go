@@ -11,6 +11,7 @@ package images
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,7 @@ type Config struct {
 	// ParallelPulls is how many pulls may run at once on the node; 0 or 1:
 	// one at a time, as upstream's default (serializeImagePulls: true).
 	ParallelPulls int
+	Log           *slog.Logger // nil: slog.Default()
 }
 
 // Manager ensures containers' images. Safe for concurrent use.
@@ -45,6 +47,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
 	}
 	return &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock), slots: make(chan struct{}, max(cfg.ParallelPulls, 1))}, nil
 }
@@ -126,11 +131,14 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 	m.event(pod, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
 	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
+	log := m.cfg.Log.With("pod", pod.Namespace+"/"+pod.Name, "container", req.Container.Name, "image", image)
 	if err != nil {
+		log.Info("image pull failed", "err", err)
 		m.event(pod, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
 		m.backOff.failed(key, ReasonErrImagePull+": "+err.Error())
 		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
 	}
+	log.Info("pulled image", "id", img.ID, "took", took, "size", img.Size)
 	m.event(pod, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
 	m.backOff.succeeded()
 	return img, nil

@@ -109,7 +109,7 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
 		}
 		var err error
-		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock}); err != nil {
+		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log}); err != nil {
 			return nil, err
 		}
 	}
