@@ -34,6 +34,9 @@ var (
 	// etcdFlags: whether the binary has --etcd-client-port/--etcd-peer-port
 	// (older builds always take 2379/2380, so only one can run at a time).
 	etcdFlags bool
+	// runtimeFlag: whether the binary has --runtime (older builds run host
+	// processes only; newer ones default to containerd).
+	runtimeFlag bool
 )
 
 // podvisorBinary returns the binary under test, building it on first use.
@@ -59,6 +62,7 @@ func podvisorBinary(b *testing.B) string {
 		}
 		help, _ := exec.Command(binaryPath, "up", "-h").CombinedOutput()
 		etcdFlags = bytes.Contains(help, []byte("etcd-client-port"))
+		runtimeFlag = bytes.Contains(help, []byte("-runtime"))
 	})
 	if binaryErr != nil {
 		b.Fatal(binaryErr)
@@ -139,6 +143,10 @@ func (n *node) start() {
 		"--agent-port", fmt.Sprint(n.ports[1]), "--node-name", "bench-node"}
 	if etcdFlags {
 		args = append(args, "--etcd-client-port", fmt.Sprint(n.ports[2]), "--etcd-peer-port", fmt.Sprint(n.ports[3]))
+	}
+	if runtimeFlag {
+		// The scenarios as recorded in BENCHMARKS.md: the process runtime.
+		args = append(args, "--runtime", "process")
 	}
 	n.cmd = exec.Command(n.binary, args...)
 	n.stderr = &lockedBuffer{}

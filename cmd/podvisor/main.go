@@ -14,6 +14,7 @@ Usage:
   podvisor node shutdown|cancel|status
                              gracefully shut the node down (without systemd-logind), or cancel
   podvisor kubectl ARGS...   run kubectl against the local podvisor
+  podvisor image import|ls   import images from tars into the node's containerd, list them
   podvisor version           print versions
 
 Run 'podvisor up -h' for its flags.
@@ -35,8 +36,12 @@ func main() {
 		err = runNode(args)
 	case "kubectl":
 		kubectl(args) // exits
+	case "image":
+		err = runImage(args)
 	case shimCommand:
 		shim(args) // exits
+	case containerdCommand:
+		runContainerd(args) // exits
 	case "version", "--version":
 		versionCmd()
 	case "-h", "--help", "help":

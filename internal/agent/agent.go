@@ -28,6 +28,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agentapi"
 	"github.com/podvisor/podvisor/internal/config"
+	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
@@ -36,7 +37,6 @@ import (
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
 	"github.com/podvisor/podvisor/internal/runtime"
-	"github.com/podvisor/podvisor/internal/runtime/process"
 	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
 )
@@ -50,6 +50,7 @@ type Config struct {
 	PKIDir     string
 	Kubeconfig string // the node's own credentials
 	Kubelet    config.Config
+	Runtime    RuntimeConfig
 	Log        *slog.Logger
 }
 
@@ -61,7 +62,8 @@ type Agent struct {
 	node        *node.Manager
 	api         *agentapi.Server
 	runtime     runtime.Runtime
-	streams     *process.StreamServer
+	streams     runtime.Streamer
+	containerd  *containerd.Process // when podvisor runs the runtime itself
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
@@ -96,6 +98,20 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, client: client, eventClient: eventClient}
+	hostIP := "127.0.0.1"
+	if cfg.HostIP != nil {
+		hostIP = cfg.HostIP.String()
+	}
+	agentDir := filepath.Join(cfg.DataDir, "agent")
+	if err := a.openRuntime(agentDir, hostIP); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			a.stopContainerd()
+		}
+	}()
 	a.node, err = node.New(node.Config{
 		Name: cfg.NodeName, HostIP: cfg.HostIP, AgentPort: int32(cfg.AgentPort), DataDir: cfg.DataDir,
 		MaxPods:               cfg.Kubelet.MaxPods,
@@ -103,24 +119,14 @@ func New(cfg Config) (*Agent, error) {
 		StatusReportFrequency: cfg.Kubelet.NodeStatusReportFrequency,
 		LeaseDurationSeconds:  cfg.Kubelet.NodeLeaseDurationSeconds,
 		HardEviction:          cfg.Kubelet.Eviction.Thresholds,
+		RuntimeVersion:        a.runtimeVersion(),
 		Client:                client, Log: cfg.Log,
 	})
 	if err != nil {
 		return nil, err
 	}
-	hostIP := "127.0.0.1"
-	if cfg.HostIP != nil {
-		hostIP = cfg.HostIP.String()
-	}
-	agentDir := filepath.Join(cfg.DataDir, "agent")
-	proc, err := process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: cfg.Log, HostIPs: []string{hostIP}})
-	if err != nil {
-		return nil, err
-	}
-	a.runtime = proc
-	a.streams, err = process.NewStreamServer(proc)
-	if err != nil {
-		return nil, err
+	if a.containerd != nil {
+		a.node.SetNetworkReadiness(networkPending)
 	}
 
 	a.events = record.NewBroadcaster()
@@ -203,7 +209,7 @@ func New(cfg Config) (*Agent, error) {
 		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
 		Logs:         a.workers,
 		Pods:         a.workers.Pods,
-		Streams:      streams{StreamServer: a.streams, runtime: a.runtime},
+		Streams:      streams{Streamer: a.streams, runtime: a.runtime},
 		Metrics:      a.metrics,
 		Shutdown:     a.shutdown.Handler(),
 		Log:          cfg.Log,
@@ -214,6 +220,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.api.Listen(); err != nil {
 		return nil, err
 	}
+	ok = true
 	return a, nil
 }
 
@@ -245,11 +252,19 @@ func (a *Agent) Start(ctx context.Context) error {
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
 	go a.eviction.Run(ctx)
+	go a.watchContainerd(ctx)
 	go func() {
-		if err := a.streams.Run(ctx); err != nil && ctx.Err() == nil {
-			a.cfg.Log.Error("exec and port-forward sessions stopped", "err", err)
+		if err := a.setUpPodNetwork(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Error("pod network", "err", err)
 		}
 	}()
+	if s, ok := a.streams.(streamRunner); ok {
+		go func() {
+			if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+				a.cfg.Log.Error("exec and port-forward sessions stopped", "err", err)
+			}
+		}()
+	}
 	go func() {
 		if err := a.api.Run(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("agent API stopped", "err", err)

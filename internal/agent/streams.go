@@ -8,7 +8,6 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agentapi"
 	"github.com/podvisor/podvisor/internal/runtime"
-	"github.com/podvisor/podvisor/internal/runtime/process"
 )
 
 // runOutputLimit bounds what /run returns, as the kubelet bounds ExecSync's output.
@@ -17,7 +16,7 @@ const runOutputLimit = 16 << 20
 // streams gives the agent API the runtime's sessions and finds containers
 // the way the kubelet does: in what the runtime has running, not in status.
 type streams struct {
-	*process.StreamServer
+	runtime.Streamer
 	runtime runtime.Runtime
 }
 

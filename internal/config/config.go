@@ -39,6 +39,10 @@ type Config struct {
 	// EvictionMonitoringPeriod is not in the file (upstream has it fixed at
 	// 10 s); podvisor's --eviction-monitoring-period sets it for tests.
 	EvictionMonitoringPeriod time.Duration
+	// ContainerRuntimeEndpoint is an existing CRI runtime to use instead of
+	// podvisor's own containerd; empty: none (--container-runtime-endpoint
+	// overrides it).
+	ContainerRuntimeEndpoint string
 }
 
 // implemented lists the top-level fields podvisor honours; any other field set
@@ -51,7 +55,7 @@ var implemented = map[string]bool{
 	"clusterDomain": true, "clusterDNS": true,
 	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
-	"localStorageCapacityIsolation": true,
+	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
 }
 
 // Default is the configuration used without --config.
@@ -118,6 +122,7 @@ func Load(path string) (Config, []string, error) {
 }
 
 func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
+	cfg.ContainerRuntimeEndpoint = kc.ContainerRuntimeEndpoint
 	if kc.MaxPods != 0 {
 		if kc.MaxPods < 0 {
 			return fmt.Errorf("maxPods must be positive, got %d", kc.MaxPods)

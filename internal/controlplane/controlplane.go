@@ -4,6 +4,7 @@
 package controlplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,10 @@ import (
 const (
 	ServiceCIDR = "10.43.0.0/16"
 	ServiceIP   = "10.43.0.1"
+	// DefaultClusterCIDR is the pod network, as k3s's: each node gets a /24
+	// of it (Node.spec.podCIDR) from the controller manager.
+	DefaultClusterCIDR = "10.42.0.0/16"
+	nodeCIDRMaskSize   = 24
 )
 
 // Config says where and how the control plane runs.
@@ -37,7 +42,10 @@ type Config struct {
 	EtcdPeerPort             int
 	TerminatedPodGCThreshold int
 	NodeMonitorGracePeriod   time.Duration // 0: the controller manager's default (tests shorten it)
-	LogFile                  string
+	// ClusterCIDR is the pod network nodes' pod CIDRs are allocated from;
+	// empty: DefaultClusterCIDR.
+	ClusterCIDR string
+	LogFile     string
 }
 
 // ControlPlane is a running control plane.
@@ -244,6 +252,9 @@ func (cp *ControlPlane) controllerManagerArgs() []string {
 		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.TerminatedPodGCThreshold),
 		"--profiling=false",
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr=" + cmp.Or(c.ClusterCIDR, DefaultClusterCIDR),
+		"--node-cidr-mask-size=" + strconv.Itoa(nodeCIDRMaskSize),
 	}
 	if c.NodeMonitorGracePeriod > 0 {
 		args = append(args, "--node-monitor-grace-period="+c.NodeMonitorGracePeriod.String())

@@ -87,7 +87,8 @@ func Save(dir string, st State) error {
 func hasForeign(entries []os.DirEntry) bool {
 	for _, e := range entries {
 		switch e.Name() {
-		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig":
+		// images/ is the air-gap folder, filled before the first start.
+		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images":
 		default:
 			return true
 		}

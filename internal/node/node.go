@@ -31,7 +31,10 @@ const LeaseNamespace = "kube-node-lease"
 
 // Config is what the node manager needs.
 type Config struct {
-	Name                  string
+	Name string
+	// RuntimeVersion is the node's containerRuntimeVersion
+	// ("containerd://2.3.6"); empty: the process runtime's.
+	RuntimeVersion        string
 	HostIP                net.IP
 	AgentPort             int32
 	DataDir               string
@@ -51,6 +54,7 @@ type Manager struct {
 
 	mu         sync.Mutex
 	readiness  Readiness
+	network    Readiness // the runtime's pod network (CRI NetworkReady)
 	pressure   []v1.NodeConditionType
 	lastReport time.Time
 	poke       chan struct{}
@@ -76,7 +80,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.LeaseDurationSeconds <= 0 {
 		cfg.LeaseDurationSeconds = 40
 	}
-	return &Manager{cfg: cfg, readiness: Readiness{Ready: true}, poke: make(chan struct{}, 1)}, nil
+	return &Manager{cfg: cfg, readiness: Readiness{Ready: true}, network: Readiness{Ready: true}, poke: make(chan struct{}, 1)}, nil
 }
 
 // SetReadiness changes the Ready condition and writes it at once.
@@ -84,10 +88,25 @@ func (m *Manager) SetReadiness(r Readiness) {
 	m.mu.Lock()
 	m.readiness = r
 	m.mu.Unlock()
+	m.wake()
+}
+
+// wake has the status written at once.
+func (m *Manager) wake() {
 	select {
 	case m.poke <- struct{}{}:
 	default:
 	}
+}
+
+// SetNetworkReadiness says whether the runtime's pod network is ready; the
+// node is Ready only while it is (and SetReadiness allows it), as a kubelet
+// whose runtime reports NetworkReady false.
+func (m *Manager) SetNetworkReadiness(r Readiness) {
+	m.mu.Lock()
+	m.network = r
+	m.mu.Unlock()
+	m.wake()
 }
 
 // SetPressure publishes the eviction manager's pressure conditions at once.
@@ -95,10 +114,7 @@ func (m *Manager) SetPressure(conds []v1.NodeConditionType) {
 	m.mu.Lock()
 	m.pressure = append([]v1.NodeConditionType(nil), conds...)
 	m.mu.Unlock()
-	select {
-	case m.poke <- struct{}{}:
-	default:
-	}
+	m.wake()
 }
 
 // Register creates the Node, or brings an existing one (an earlier run) up to date.
@@ -176,6 +192,9 @@ func (m *Manager) desiredNode() *v1.Node {
 func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	m.mu.Lock()
 	readiness, pressure := m.readiness, m.pressure
+	if readiness.Ready && !m.network.Ready {
+		readiness = m.network
+	}
 	due := force || m.cfg.Clock.Since(m.lastReport) >= m.cfg.StatusReportFrequency
 	m.mu.Unlock()
 	now := metav1.NewTime(m.cfg.Clock.Now())
@@ -198,7 +217,7 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	// controller adds and removes taints at any time).
 	st := v1.NodeStatus{
 		Conditions: conds, Capacity: capacity, Allocatable: allocatable,
-		Addresses: m.addresses(), NodeInfo: nodeInfo(), DeclaredFeatures: features,
+		Addresses: m.addresses(), NodeInfo: nodeInfo(m.cfg.RuntimeVersion), DeclaredFeatures: features,
 	}
 	st.DaemonEndpoints.KubeletEndpoint.Port = m.cfg.AgentPort
 	patch, err := json.Marshal(map[string]any{"status": st})

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"fmt"
 	"runtime"
 	"slices"
 
@@ -121,14 +120,17 @@ func mergeConditions(existing []v1.NodeCondition, fresh []v1.NodeCondition, now 
 }
 
 // nodeInfo is the static part of the node's status.
-func nodeInfo() v1.NodeSystemInfo {
+func nodeInfo(runtimeVersion string) v1.NodeSystemInfo {
+	if runtimeVersion == "" {
+		runtimeVersion = "podvisor-process://" + version.Version
+	}
 	return v1.NodeSystemInfo{
 		MachineID:               readTrimmed("/etc/machine-id"),
 		SystemUUID:              readTrimmed("/sys/class/dmi/id/product_uuid"),
 		BootID:                  readTrimmed("/proc/sys/kernel/random/boot_id"),
 		KernelVersion:           kernelVersion(),
 		OSImage:                 osImage(),
-		ContainerRuntimeVersion: fmt.Sprintf("podvisor-process://%s", version.Version),
+		ContainerRuntimeVersion: runtimeVersion,
 		KubeletVersion:          version.KubeletVersion(),
 		OperatingSystem:         runtime.GOOS,
 		Architecture:            runtime.GOARCH,

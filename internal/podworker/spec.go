@@ -28,7 +28,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 			"container %q has no command: the process runtime runs host processes and has no image to supply an entrypoint; set command", c.Name)}
 	}
 	if c.Stdin || c.TTY {
-		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported by the process runtime", c.Name)}
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported yet", c.Name)}
 	}
 	user, err := containerUser(pod, c)
 	if err != nil {
@@ -63,13 +63,17 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		k, v, _ := strings.Cut(kv, "=")
 		lookup[k] = v
 	}
-	var cmd []string
-	for _, s := range append(append([]string{}, c.Command...), c.Args...) {
-		v, err := budget.Expand(s, lookup)
-		if err != nil {
-			return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: command or args %v", c.Name, err)}
-		}
-		cmd = append(cmd, v)
+	cmd, err := expandAll(c.Command, lookup, &budget)
+	if err != nil {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: command or args %v", c.Name, err)}
+	}
+	args, err := expandAll(c.Args, lookup, &budget)
+	if err != nil {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: command or args %v", c.Name, err)}
+	}
+	if !features.Images {
+		// No image to supply an entrypoint: args follow the command.
+		cmd, args = append(cmd, args...), nil
 	}
 	mounts, err := containerMounts(pod, c, paths, lookup, features)
 	if err != nil {
@@ -85,7 +89,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
-		Name: c.Name, Attempt: attempt, Image: image.ID, Command: cmd, Env: env,
+		Name: c.Name, Attempt: attempt, Image: image.ID, Command: cmd, Args: args, Env: env,
 		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
@@ -96,6 +100,19 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		spec.Resources = containerResources(c)
 	}
 	return spec, nil
+}
+
+// expandAll expands $(VAR) references in each of list, within budget.
+func expandAll(list []string, lookup map[string]string, budget *expansion.Budget) ([]string, error) {
+	var out []string
+	for _, s := range list {
+		v, err := budget.Expand(s, lookup)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // containerResources maps limits and requests to cgroup values as the

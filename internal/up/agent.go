@@ -30,6 +30,7 @@ type AgentOptions struct {
 	Verbose       bool
 	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
 	EvictionMonitoringPeriod time.Duration
+	Runtime                  agent.RuntimeConfig
 }
 
 // RunAgent issues the agent's credentials, starts it and blocks until ctx
@@ -87,6 +88,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: kubeconfig, PKIDir: pki, Kubelet: kc, Log: log,
+		Runtime: runtimeConfig(o.Runtime, kc),
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -108,4 +110,12 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	<-ctx.Done()
 	log.Info("stopping")
 	return nil
+}
+
+// runtimeConfig: the flag's endpoint, else the config file's.
+func runtimeConfig(rc agent.RuntimeConfig, kc config.Config) agent.RuntimeConfig {
+	if rc.Endpoint == "" {
+		rc.Endpoint = kc.ContainerRuntimeEndpoint
+	}
+	return rc
 }

@@ -41,6 +41,11 @@ type Options struct {
 	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
 	EvictionMonitoringPeriod time.Duration // for tests: between eviction rounds (0: 10 s)
 	Verbose                  bool          // component logs to stderr as well as the log file
+	// Runtime is the container runtime (--runtime,
+	// --container-runtime-endpoint).
+	Runtime agent.RuntimeConfig
+	// ClusterCIDR is the pod network (--cluster-cidr); empty: 10.42.0.0/16.
+	ClusterCIDR string
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -93,6 +98,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
+		ClusterCIDR: o.ClusterCIDR,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
@@ -104,6 +110,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: controlplane.NodeKubeconfig(dir), PKIDir: controlplane.PKIDir(dir), Kubelet: kc, Log: log,
+		Runtime: runtimeConfig(o.Runtime, kc),
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -90,7 +90,7 @@ func (p *Podvisor) newAgent(t *testing.T, name, config string) *Agent {
 func (a *Agent) Start() {
 	a.t.Helper()
 	args := []string{"agent", "--server-data-dir", a.server.DataDir, "--node-name", a.NodeName,
-		"--data-dir", a.DataDir, "--agent-port", strconv.Itoa(a.Port)}
+		"--data-dir", a.DataDir, "--agent-port", strconv.Itoa(a.Port), "--runtime", a.server.Runtime}
 	if a.Config != "" {
 		args = append(args, "--config", a.Config)
 	}

@@ -4,6 +4,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -46,8 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "podvisor")
-	// Both binaries, as the README builds them: podvisor runs podvisor-shim beside it.
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim")
+	// The binaries the README builds: podvisor runs podvisor-shim (process
+	// runtime) and containerd runs containerd-shim-runc-v2 beside it.
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
 	build.Dir = moduleRoot()
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -79,6 +81,12 @@ type Podvisor struct {
 	NodeName string
 	Args     []string
 	Env      []string // added to the test's environment
+	// Runtime is podvisor's --runtime: "process" unless the test or
+	// PODVISOR_E2E_RUNTIME says otherwise.
+	Runtime string
+	// clusterCIDR is this podvisor's own pod network (containerd runtime),
+	// so that parallel podvisors never share a subnet.
+	clusterCIDR string
 	// etcdPorts are chosen once and kept across restarts of this podvisor.
 	etcdPorts [2]int
 	cmd       *exec.Cmd
@@ -148,7 +156,8 @@ func pickPort() (int, error) {
 func NewPodvisor(t *testing.T, extra ...string) *Podvisor {
 	t.Helper()
 	return &Podvisor{t: t, DataDir: t.TempDir(), APIPort: freePort(t), Agent: freePort(t),
-		NodeName: "node-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Args: extra}
+		NodeName: "node-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Args: extra,
+		Runtime: cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "process")}
 }
 
 // Start runs podvisor up and waits for the ready line.
@@ -160,7 +169,14 @@ func (p *Podvisor) Start() {
 	}
 	args := append([]string{"up", "--data-dir", p.DataDir, "--api-port", fmt.Sprint(p.APIPort),
 		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
-		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1])}, p.Args...)
+		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1]),
+		"--runtime", p.Runtime}, p.Args...)
+	if p.Runtime == "containerd" {
+		if p.clusterCIDR == "" {
+			p.clusterCIDR = nextClusterCIDR()
+		}
+		args = append(args, "--cluster-cidr", p.clusterCIDR)
+	}
 	p.cmd = exec.Command(binary, args...)
 	if len(p.Env) > 0 {
 		p.cmd.Env = append(os.Environ(), p.Env...)
@@ -186,7 +202,16 @@ func (p *Podvisor) Start() {
 	}()
 	go func() { p.exitErr = p.cmd.Wait(); close(p.exited) }()
 	if p.NodeName != "shared-node" {
-		p.t.Cleanup(func() { p.Stop(); killLeftovers(p.DataDir) })
+		p.t.Cleanup(func() {
+			if p.Runtime == "containerd" {
+				purgeContainerd(p.t, p.DataDir)
+			}
+			p.Stop()
+			killLeftovers(p.DataDir)
+			if p.Runtime == "containerd" {
+				removeContainerdState(p.DataDir)
+			}
+		})
 	}
 	want := "podvisor is ready: export KUBECONFIG=" + filepath.Join(p.DataDir, "admin.kubeconfig")
 	select {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -30,7 +31,8 @@ func Shared(t *testing.T) *Podvisor {
 	t.Helper()
 	sharedOnce.Do(func() {
 		// Start-up failures are reported on the first test that asked.
-		p := &Podvisor{t: t, DataDir: mustTemp("podvisor-shared"), NodeName: "shared-node"}
+		p := &Podvisor{t: t, DataDir: mustTemp("podvisor-shared"), NodeName: "shared-node",
+			Runtime: cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "process")}
 		p.APIPort, p.Agent = mustFreePort(), mustFreePort()
 		p.Start()
 		shared = p

@@ -1,0 +1,185 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/cri"
+	"github.com/podvisor/podvisor/internal/runtime/process"
+)
+
+// Runtime kinds (`--runtime`).
+const (
+	// RuntimeContainerd runs OCI images on a containerd that podvisor runs
+	// itself, through the CRI: the default.
+	RuntimeContainerd = "containerd"
+	// RuntimeProcess runs containers as host processes, without images.
+	RuntimeProcess = "process"
+)
+
+// RuntimeConfig chooses the container runtime.
+type RuntimeConfig struct {
+	// Kind is RuntimeContainerd (empty means it) or RuntimeProcess.
+	Kind string
+	// Endpoint is an existing CRI runtime's socket ("unix:///run/…"), used
+	// instead of a containerd of podvisor's own (the kubelet's
+	// --container-runtime-endpoint). It takes precedence over Kind.
+	Endpoint string
+}
+
+func (c RuntimeConfig) kind() string {
+	switch {
+	case c.Endpoint != "":
+		return "cri"
+	case c.Kind == "":
+		return RuntimeContainerd
+	default:
+		return c.Kind
+	}
+}
+
+// Check refuses an unknown runtime before anything starts.
+func (c RuntimeConfig) Check() error {
+	switch c.kind() {
+	case RuntimeContainerd, RuntimeProcess, "cri":
+		return nil
+	}
+	return fmt.Errorf("--runtime %q: want %s or %s (or --container-runtime-endpoint for a CRI runtime of your own)", c.Kind, RuntimeContainerd, RuntimeProcess)
+}
+
+// streamRunner is a Streamer that serves its sessions itself (the process
+// runtime's); a CRI runtime's sessions are served by the runtime.
+type streamRunner interface {
+	runtime.Streamer
+	Run(ctx context.Context) error
+}
+
+// openRuntime starts the runtime the config chooses: for containerd, its
+// process first. It fails at once, naming the missing piece and the flag,
+// rather than half-starting.
+func (a *Agent) openRuntime(agentDir, hostIP string) error {
+	rc := a.cfg.Runtime
+	if err := rc.Check(); err != nil {
+		return err
+	}
+	if rc.kind() == RuntimeProcess {
+		proc, err := process.New(process.Config{Root: filepath.Join(agentDir, "containers"), Log: a.cfg.Log, HostIPs: []string{hostIP}})
+		if err != nil {
+			return err
+		}
+		s, err := process.NewStreamServer(proc)
+		if err != nil {
+			return err
+		}
+		a.runtime, a.streams = proc, s
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	endpoint := rc.Endpoint
+	if endpoint == "" {
+		p, err := containerd.Start(ctx, containerd.Options{DataDir: a.cfg.DataDir, Log: a.cfg.Log})
+		if err != nil {
+			return fmt.Errorf("%w (--runtime=%s runs containers as host processes, without images)", err, RuntimeProcess)
+		}
+		a.containerd = p
+		endpoint = p.Endpoint()
+	}
+	r, err := cri.New(ctx, cri.Config{Endpoint: endpoint, StateDir: filepath.Join(agentDir, "cri"), HostIPs: []string{hostIP}, Log: a.cfg.Log})
+	if err != nil {
+		a.stopContainerd()
+		return fmt.Errorf("CRI runtime at %s: %w", endpoint, err)
+	}
+	a.runtime, a.streams = r, r
+	return nil
+}
+
+// networkPending is the node's readiness until the pod network exists
+// (podvisor's containerd gets it once the node has a pod CIDR), worded as
+// a kubelet's whose runtime reports NetworkReady false.
+var networkPending = node.Readiness{Message: "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"}
+
+// runtimeVersion is the node's containerRuntimeVersion of a CRI runtime:
+// "containerd://2.3.6"; empty for the process runtime (the node says
+// podvisor-process).
+func (a *Agent) runtimeVersion() string {
+	if a.cfg.Runtime.kind() == RuntimeProcess {
+		return ""
+	}
+	info, err := a.runtime.Info(context.Background())
+	if err != nil {
+		return ""
+	}
+	return info.Name + "://" + info.Version
+}
+
+// stopContainerd stops podvisor's containerd, if it runs one; the
+// containers go on running and are re-adopted by the next start.
+func (a *Agent) stopContainerd() {
+	if a.containerd == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.containerd.Stop(ctx); err != nil {
+		a.cfg.Log.Warn("stopping containerd", "err", err)
+	}
+}
+
+// setUpPodNetwork waits for the node's pod CIDR (allocated by the
+// controller manager once the node is registered), writes containerd's pod
+// network for it and marks the node's network ready.
+func (a *Agent) setUpPodNetwork(ctx context.Context) error {
+	if a.containerd == nil {
+		return nil
+	}
+	var cidr netip.Prefix
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		n, err := a.getNode()
+		if err == nil && n.Spec.PodCIDR != "" {
+			if cidr, err = netip.ParsePrefix(n.Spec.PodCIDR); err != nil {
+				return fmt.Errorf("node %s: spec.podCIDR %q: %w", a.cfg.NodeName, n.Spec.PodCIDR, err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := a.containerd.SetPodCIDR(sctx, cidr); err != nil {
+		return err
+	}
+	a.node.SetNetworkReadiness(node.Readiness{Ready: true})
+	a.cfg.Log.Info("pod network ready", "podCIDR", cidr.String())
+	return nil
+}
+
+// watchContainerd ends the agent's runtime when containerd dies: its pods
+// cannot be run without it, and silently going on would hide it.
+func (a *Agent) watchContainerd(ctx context.Context) {
+	if a.containerd == nil {
+		return
+	}
+	select {
+	case <-ctx.Done():
+		a.stopContainerd()
+	case <-a.containerd.Done():
+		err := a.containerd.Err()
+		if err == nil {
+			err = errors.New("exited")
+		}
+		a.cfg.Log.Error("containerd stopped", "err", err)
+		a.node.SetNetworkReadiness(node.Readiness{Message: fmt.Sprintf("container runtime is down: containerd: %v", err)})
+	}
+}

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace/noop"
+	criclient "k8s.io/cri-client/pkg"
+
+	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/test/images"
+)
+
+// clusterCIDRs counts the pod networks handed out: 10.100.0.0/16 onwards,
+// one per podvisor of this test binary.
+var clusterCIDRs atomic.Int32
+
+func nextClusterCIDR() string {
+	return fmt.Sprintf("10.%d.0.0/16", 100+clusterCIDRs.Add(1)%150)
+}
+
+// needContainerd skips a test of the containerd runtime on a machine that
+// cannot run it: it needs root, runc and the CNI plugins (.ci/run installs
+// Debian's runc and containernetworking-plugins).
+func needContainerd(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the containerd runtime needs root")
+	}
+	if _, err := exec.LookPath("runc"); err != nil {
+		if _, err := os.Stat("/usr/sbin/runc"); err != nil {
+			t.Skip("the containerd runtime needs runc (Debian: apt-get install runc)")
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		if _, err := os.Stat("/opt/cni/bin/bridge"); err != nil {
+			t.Skip("the containerd runtime needs the CNI plugins (Debian: apt-get install containernetworking-plugins)")
+		}
+	}
+}
+
+// NewContainerdPodvisor is NewPodvisor on the containerd runtime.
+func NewContainerdPodvisor(t *testing.T, extra ...string) *Podvisor {
+	t.Helper()
+	needContainerd(t)
+	p := NewPodvisor(t, extra...)
+	p.Runtime = "containerd"
+	return p
+}
+
+// importImages builds the named test images (test/images recipes) and
+// imports them with `podvisor image import`, as a user would.
+func (p *Podvisor) importImages(names ...string) {
+	p.t.Helper()
+	args := []string{"image", "import", "--data-dir", p.DataDir}
+	for _, n := range names {
+		args = append(args, images.Build(p.t, n))
+	}
+	out, err := exec.Command(binary, args...).CombinedOutput()
+	if err != nil {
+		p.t.Fatalf("podvisor image import: %v\n%s", err, out)
+	}
+}
+
+// purgeContainerd removes, through the CRI, every pod sandbox the
+// podvisor's containerd still has, with its containers and network, so that
+// a test leaves no container, shim or address behind.
+func purgeContainerd(t *testing.T, dataDir string) {
+	paths, err := containerd.PathsFor(dataDir)
+	if err != nil {
+		return
+	}
+	if _, err := os.Stat(paths.Socket); err != nil {
+		killShims(paths)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := criclient.NewRemoteRuntimeService(ctx, paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		killShims(paths)
+		return
+	}
+	defer rs.Close(context.Background())
+	pods, err := rs.ListPodSandbox(ctx, nil)
+	if err != nil {
+		killShims(paths)
+		return
+	}
+	for _, pod := range pods {
+		if err := rs.StopPodSandbox(ctx, pod.Id); err != nil {
+			t.Logf("purge: stop sandbox %s: %v", pod.Id, err)
+		}
+		if err := rs.RemovePodSandbox(ctx, pod.Id); err != nil {
+			t.Logf("purge: remove sandbox %s: %v", pod.Id, err)
+		}
+	}
+}
+
+// killShims kills the shims of the data dir's containerd and what runs
+// under them, when its containerd is gone and cannot remove them.
+func killShims(paths containerd.Paths) {
+	shims := map[int]bool{}
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(cmd), paths.State) {
+			shims[pid] = true
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 {
+				if f := strings.Fields(string(st[i+1:])); len(f) > 1 {
+					parent[pid], _ = strconv.Atoi(f[1])
+				}
+			}
+		}
+	}
+	under := func(pid int) bool {
+		for p := pid; p > 1; p = parent[p] {
+			if shims[p] {
+				return true
+			}
+		}
+		return false
+	}
+	for pid := range parent {
+		if under(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// removeContainerdState removes what a stopped podvisor's containerd keeps
+// outside the data dir: its state directory (mounts under it first) and its
+// bridge.
+func removeContainerdState(dataDir string) {
+	paths, err := containerd.PathsFor(dataDir)
+	if err != nil {
+		return
+	}
+	killShims(paths)
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 4 && (strings.HasPrefix(f[4], paths.State) || strings.HasPrefix(f[4], dataDir)) {
+				_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+			}
+		}
+	}
+	_ = os.RemoveAll(paths.State)
+	_ = exec.Command("ip", "link", "del", paths.DefaultBridge()).Run()
+}
