@@ -31,6 +31,11 @@ func containerStatus(pod *v1.Pod, c *container, podRef string) v1.ContainerStatu
 	if cur != nil {
 		st.ContainerID = cur.ID
 		st.RestartCount = cur.Attempt
+		if cur.Image != "" {
+			// As upstream: the image the runtime reports for the newest
+			// instance, which may name it differently from the spec.
+			st.Image, st.ImageID = cur.Image, cur.ImageID
+		}
 	}
 	if prev := c.rec.Previous; prev != nil && prev.State == StateExited {
 		st.LastTerminationState = v1.ContainerState{Terminated: terminated(prev)}

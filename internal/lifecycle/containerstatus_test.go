@@ -213,3 +213,31 @@ func TestFinalStatusesOfATerminatedPod(t *testing.T) {
 		}
 	}
 }
+
+// §3 image and imageID: the spec's image until an instance exists; then
+// what the runtime reports for the newest instance (its tag and digest), as
+// upstream; a runtime without images reports none, and the spec's stays.
+func TestContainerStatusImage(t *testing.T) {
+	withImage := func(in *Instance) *Instance {
+		in.Image, in.ImageID = "docker.io/library/busybox:1.36", "docker.io/library/busybox@sha256:b0b0"
+		return in
+	}
+	failing := ContainerRecord{Current: withImage(exited("a", 0, 1)),
+		Waiting: &v1.ContainerStateWaiting{Reason: "ErrImagePull"}, WaitingSince: t0}
+	for _, tc := range []struct {
+		name           string
+		rec            ContainerRecord
+		image, imageID string
+	}{
+		{"no instance yet", ContainerRecord{}, "img-c1", ""},
+		{"waiting for its image", ContainerRecord{Waiting: &v1.ContainerStateWaiting{Reason: "ErrImagePull"}, WaitingSince: t0}, "img-c1", ""},
+		{"running, runtime with images", rec(withImage(running("a", 0))), "docker.io/library/busybox:1.36", "docker.io/library/busybox@sha256:b0b0"},
+		{"exited, its replacement's image failing", failing, "docker.io/library/busybox:1.36", "docker.io/library/busybox@sha256:b0b0"},
+		{"running, runtime without images", rec(running("a", 0)), "img-c1", ""},
+	} {
+		st := status(t, Compute(snap(newPod(containers("c1")), recs{"c1": tc.rec})), "c1")
+		if st.Image != tc.image || st.ImageID != tc.imageID {
+			t.Errorf("%s: image %q imageID %q, want %q %q", tc.name, st.Image, st.ImageID, tc.image, tc.imageID)
+		}
+	}
+}

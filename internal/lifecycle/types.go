@@ -35,6 +35,10 @@ type Instance struct {
 	Signal     int32
 	Reason     string // runtime-given terminated reason ("StartError", "OOMKilled"); empty: derive from exit code
 	Message    string // terminated message (termination-message file, or exec error for StartError)
+	// Image and ImageID are the instance's image as the runtime reports it;
+	// empty for a runtime without images, whose status shows the spec's.
+	Image   string
+	ImageID string
 	// PostStartDone is true once the postStart hook returned successfully (or
 	// the container has none). A running container is not reported Running
 	// until then (§3, §7).

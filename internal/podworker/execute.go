@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/hook"
+	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -52,6 +53,12 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		defer w.clearStarting(a.Container)
 		rt := w.m.cfg.Runtime
 		spec, err := w.buildSpec(ctx, pod, c, a.Attempt)
+		var imageFailure *images.Failure
+		if errors.As(err, &imageFailure) {
+			w.setWaiting(a.Container, imageFailure.Reason, imageFailure.Message)
+			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, images.EventFailed, images.FailedEventMessage(imageFailure.Reason))
+			return
+		}
 		if err != nil {
 			reason, failedEvent := waitingReason(err)
 			msg := err.Error()

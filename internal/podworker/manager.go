@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/hook"
+	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -77,6 +78,8 @@ type Manager struct {
 	// runtimeName is the scheme of container IDs in pod status.
 	runtimeName string
 	vols        *volumeManager
+	// images pulls containers' images; nil for a runtime without images.
+	images *images.Manager
 	// extraAdmit, when set, may reject a new pod after the node's checks.
 	extraAdmit func(pod *v1.Pod) *v1.PodStatus
 }
@@ -100,6 +103,16 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID]*adopted{}, runtimeName: "podvisor"}
 	m.vols = newVolumeManager(m)
+	if cfg.Runtime.Features().Images {
+		store, ok := cfg.Runtime.(runtime.Images)
+		if !ok {
+			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
+		}
+		var err error
+		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log}); err != nil {
+			return nil, err
+		}
+	}
 	return m, nil
 }
 

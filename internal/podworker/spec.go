@@ -42,6 +42,14 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
+	// Then the image, before the container's own configuration, as upstream.
+	image, err := w.ensureImage(ctx, pod, c)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
+	}
+	if err := verifyRunAsNonRoot(pod, c, image.User); err != nil {
+		return runtime.ContainerSpec{}, err
+	}
 	var budget expansion.Budget // env and command together
 	w.mu.Lock()
 	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
@@ -81,15 +89,12 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	spec := runtime.ContainerSpec{
 		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
-		Name: c.Name, Attempt: attempt, Command: cmd, Args: args, Env: env,
+		Name: c.Name, Attempt: attempt, Image: image.ID, Command: cmd, Args: args, Env: env,
 		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),
 		TerminationMessagePath: tmp,
 		Mounts:                 mounts,
 		User:                   user,
-	}
-	if features.Images {
-		spec.Image = c.Image
 	}
 	if features.Limits {
 		spec.Resources = containerResources(c)
@@ -130,35 +135,10 @@ func containerResources(c *v1.Container) runtime.Resources {
 
 // containerUser is the user, group and supplementary groups the container
 // runs as (container securityContext over pod's); nil when none is set.
-// runAsNonRoot is checked as upstream: there is no image user, so an unset
-// runAsUser means root.
+// runAsNonRoot is verifyRunAsNonRoot's, once the image is known.
 func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
-	var uid, gid *int64
-	var nonRoot *bool
+	uid, gid, _ := effectiveIdentity(pod, c)
 	psc := pod.Spec.SecurityContext
-	if psc != nil {
-		uid, gid, nonRoot = psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot
-	}
-	if sc := c.SecurityContext; sc != nil {
-		if sc.RunAsUser != nil {
-			uid = sc.RunAsUser
-		}
-		if sc.RunAsGroup != nil {
-			gid = sc.RunAsGroup
-		}
-		if sc.RunAsNonRoot != nil {
-			nonRoot = sc.RunAsNonRoot
-		}
-	}
-	if nonRoot != nil && *nonRoot {
-		podRef := fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID)
-		if uid == nil {
-			return nil, configError{fmt.Sprintf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", podRef, c.Name)}
-		}
-		if *uid == 0 {
-			return nil, configError{fmt.Sprintf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", podRef, c.Name)}
-		}
-	}
 	var groups []uint32
 	if psc != nil {
 		for _, g := range psc.SupplementalGroups {

@@ -186,11 +186,10 @@ func TestResourcesBecomeCgroupValues(t *testing.T) {
 	}
 }
 
-func TestRunAsNonRootWithoutAUserIsAConfigError(t *testing.T) {
+func TestContainerUserFromSecurityContexts(t *testing.T) {
 	pod := envPod(v1.Container{Name: "c", SecurityContext: &v1.SecurityContext{RunAsNonRoot: ptr.To(true)}})
-	_, err := containerUser(pod, &pod.Spec.Containers[0])
-	if err == nil || !strings.Contains(err.Error(), "container has runAsNonRoot and image will run as root") {
-		t.Errorf("got %v", err)
+	if u, err := containerUser(pod, &pod.Spec.Containers[0]); u != nil || err != nil {
+		t.Errorf("no user set: %+v, %v", u, err)
 	}
 	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](2000), SupplementalGroups: []int64{3000}, FSGroup: ptr.To[int64](4000)}
 	u, err := containerUser(pod, &pod.Spec.Containers[0])

@@ -430,6 +430,7 @@ func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
 		ID: w.m.runtimeName + "://" + s.ID, Attempt: s.Attempt,
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
 		ExitCode: s.ExitCode, Signal: s.Signal, Reason: s.Reason, Message: s.Message,
+		Image: s.Image, ImageID: s.ImageRef,
 		PostStartDone: !w.postStart[s.ID],
 	}
 	switch s.State {

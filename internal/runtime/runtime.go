@@ -135,6 +135,11 @@ type Status struct {
 	// TerminationMessageFile is the host path of the termination message file.
 	TerminationMessageFile string
 	Labels                 map[string]string
+	// Image and ImageRef are the instance's image as the runtime reports
+	// it (CRI: the image's first tag, and its repo digest or ID); the pod's
+	// status shows them as image and imageID. Empty without images.
+	Image    string `json:",omitempty"`
+	ImageRef string `json:",omitempty"`
 }
 
 // Event says a container changed state; the agent re-reads its status.

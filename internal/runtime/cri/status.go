@@ -26,6 +26,8 @@ func containerStatus(s *runtimeapi.ContainerStatus) runtime.Status {
 		LogPath:                s.GetLogPath(),
 		TerminationMessageFile: ann[annotationTerminationFile],
 		Labels:                 userLabels(s.GetLabels()),
+		Image:                  s.GetImage().GetImage(),
+		ImageRef:               s.GetImageRef(),
 	}
 	if st.State != runtime.StateExited {
 		return st

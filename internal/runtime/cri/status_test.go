@@ -22,6 +22,8 @@ func criStatus(state runtimeapi.ContainerState, started int64, exit int32, reaso
 		Reason:     reason,
 		Message:    message,
 		LogPath:    "/logs/app/2.log",
+		Image:      &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:1.36"},
+		ImageRef:   "docker.io/library/busybox@sha256:b0b0",
 		Labels: map[string]string{"tier": "front", "io.kubernetes.container.name": "app",
 			"io.kubernetes.pod.name": "web", "io.kubernetes.pod.namespace": "ns", "io.kubernetes.pod.uid": "uid-1"},
 		Annotations: map[string]string{annotationSandboxID: "sb1", annotationTerminationFile: "/state/sb1/app-2-ab"},
@@ -35,6 +37,8 @@ func TestContainerStatusOfAnExitedContainer(t *testing.T) {
 		State: runtime.StateExited, CreatedAt: time.Unix(0, 100), StartedAt: time.Unix(0, 200), FinishedAt: time.Unix(0, 300),
 		ExitCode: 3, LogPath: "/logs/app/2.log", TerminationMessageFile: "/state/sb1/app-2-ab",
 		Labels: map[string]string{"tier": "front"},
+		// The kubelet shows the image_ref (a digest when the image has one) as imageID.
+		Image: "docker.io/library/busybox:1.36", ImageRef: "docker.io/library/busybox@sha256:b0b0",
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("status (-want +got):\n%s", d)

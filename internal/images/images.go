@@ -1,0 +1,189 @@
+// Package images decides what image a container runs and whether and how it
+// is pulled, as the kubelet's image manager (kubernetes/kubernetes
+// pkg/kubelet/images, v1.36): the pull policy, the image name and its
+// default tag, the pod's pull-secret credentials matched to the registry,
+// the per-pod-and-image pull back-off, the waiting reasons and the events.
+//
+// The decisions are functions (name.go, keyring.go, backoff.go); Manager is
+// the thin layer that asks the runtime (runtime.Images) and records events.
+package images
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// Config of a Manager.
+type Config struct {
+	Images   runtime.Images
+	Recorder record.EventRecorder
+	Clock    clock.Clock // nil: the real clock
+	// ParallelPulls is how many pulls may run at once on the node; 0 or 1:
+	// one at a time, as upstream's default (serializeImagePulls: true).
+	ParallelPulls int
+	Log           *slog.Logger // nil: slog.Default()
+}
+
+// Manager ensures containers' images. Safe for concurrent use.
+type Manager struct {
+	cfg     Config
+	backOff *pullBackOff
+	slots   chan struct{} // a pull holds one while it runs
+}
+
+// New builds a Manager; cfg.Images and cfg.Recorder are required.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Images == nil || cfg.Recorder == nil {
+		return nil, fmt.Errorf("images: the runtime's images and an event recorder are required")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock), slots: make(chan struct{}, max(cfg.ParallelPulls, 1))}, nil
+}
+
+// Request is a container about to be created.
+type Request struct {
+	Pod       *v1.Pod
+	Container *v1.Container
+	// PullSecrets reads the pod's imagePullSecrets; called only when a pull
+	// is due. nil: no credentials.
+	PullSecrets func(ctx context.Context) []v1.Secret
+}
+
+// Failure is why a container cannot be created for its image: it waits
+// with Reason and Message. The caller adds the Failed event
+// (FailedEventMessage), as upstream's kuberuntime does.
+type Failure struct {
+	Reason  string
+	Message string
+}
+
+func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
+
+// Ensure makes the container's image present as its pull policy says,
+// recording upstream's events on the pod, and returns it: the container is
+// created from its ID (upstream's imageRef), and its User decides
+// runAsNonRoot. Every error is a *Failure.
+func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error) {
+	pod, image := req.Pod, req.Container.Image
+	name, err := ParseName(image)
+	if err != nil {
+		msg := invalidNameMessage(image, err)
+		m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
+		return runtime.Image{}, &Failure{ReasonInvalidImageName, msg}
+	}
+	policy := PullPolicy(req.Container)
+	var local runtime.Image
+	var present bool
+	if needsPresence(policy) {
+		local, present, err = m.cfg.Images.ImageStatus(ctx, name.Pull)
+		if err != nil {
+			msg := inspectFailedMessage(err)
+			m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
+			return runtime.Image{}, &Failure{ReasonImageInspectError, msg}
+		}
+	}
+	switch decide(policy, present) {
+	case stepUseLocal:
+		m.event(pod, v1.EventTypeNormal, EventPulled, presentMessage(image))
+		return local, nil
+	case stepNeverPull:
+		msg := neverPullMessage(image)
+		m.event(pod, v1.EventTypeWarning, EventErrImageNeverPull, msg)
+		return runtime.Image{}, &Failure{ReasonErrImageNeverPull, msg}
+	}
+	return m.pull(ctx, req, name)
+}
+
+func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Image, error) {
+	pod, image := req.Pod, req.Container.Image
+	var secrets []v1.Secret
+	if req.PullSecrets != nil {
+		secrets = req.PullSecrets(ctx)
+	}
+	keyring, err := KeyringFromSecrets(secrets)
+	if err != nil {
+		// Upstream returns the parse error itself, which becomes the reason.
+		return runtime.Image{}, &Failure{err.Error(), err.Error()}
+	}
+	key := backOffKey(pod.UID, image)
+	if last, held := m.backOff.holding(key); held {
+		msg := backOffMessage(image)
+		m.event(pod, v1.EventTypeNormal, EventBackOff, msg)
+		if last != "" {
+			msg += ": " + last
+		}
+		return runtime.Image{}, &Failure{ReasonImagePullBackOff, msg}
+	}
+	m.event(pod, v1.EventTypeNormal, EventPulling, pullingMessage(image))
+	start := m.cfg.Clock.Now()
+	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
+	log := m.cfg.Log.With("pod", pod.Namespace+"/"+pod.Name, "container", req.Container.Name, "image", image)
+	if err != nil {
+		log.Info("image pull failed", "err", err)
+		m.event(pod, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
+		m.backOff.failed(key, ReasonErrImagePull+": "+err.Error())
+		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
+	}
+	log.Info("pulled image", "id", img.ID, "took", took, "size", img.Size)
+	m.event(pod, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
+	m.backOff.succeeded()
+	return img, nil
+}
+
+// pullInSlot waits for a pull slot, then pulls ref with each credential in
+// turn until one works (anonymously without any), and describes the pulled
+// image (best effort: its ID alone if the runtime cannot); took excludes
+// the wait for the slot.
+func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []runtime.RegistryAuth) (img runtime.Image, took time.Duration, err error) {
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return runtime.Image{}, 0, ctx.Err()
+	}
+	defer func() { <-m.slots }()
+	start := m.cfg.Clock.Now()
+	id, err := m.pullWith(ctx, ref, creds)
+	if err != nil {
+		return runtime.Image{}, m.cfg.Clock.Since(start), err
+	}
+	img, ok, err := m.cfg.Images.ImageStatus(ctx, id)
+	if err != nil || !ok {
+		img = runtime.Image{ID: id}
+	}
+	return img, m.cfg.Clock.Since(start), nil
+}
+
+// pullWith is upstream's kuberuntime PullImage: every credential that
+// matches the registry in turn, the errors of all of them if none works.
+func (m *Manager) pullWith(ctx context.Context, ref string, creds []runtime.RegistryAuth) (string, error) {
+	if len(creds) == 0 {
+		return m.cfg.Images.PullImage(ctx, ref, nil)
+	}
+	var errs []error
+	for _, c := range creds {
+		id, err := m.cfg.Images.PullImage(ctx, ref, &c)
+		if err == nil {
+			return id, nil
+		}
+		errs = append(errs, err)
+	}
+	return "", utilerrors.NewAggregate(errs)
+}
+
+func (m *Manager) event(pod *v1.Pod, typ, reason, msg string) {
+	m.cfg.Recorder.Event(pod, typ, reason, msg)
+}
