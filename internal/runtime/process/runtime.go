@@ -76,6 +76,10 @@ type Runtime struct {
 	mu       sync.Mutex
 	watched  map[string]chan struct{} // running instances; closed once their exit is recorded and announced
 	starting map[string]bool
+	// sandboxOf is each container's sandbox, read once from its config
+	// (which never changes): stopping or removing a sandbox finds its
+	// containers without reading every container's state.
+	sandboxOf map[string]string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)

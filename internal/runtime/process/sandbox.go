@@ -99,19 +99,52 @@ func (r *Runtime) RemoveSandbox(ctx context.Context, id string) error {
 }
 
 func (r *Runtime) forContainersIn(ctx context.Context, sandbox string, f func(runtime.Status) error) error {
-	list, err := r.List(ctx)
+	ids, err := r.ids()
 	if err != nil {
-		return err
+		return fmt.Errorf("list containers: %w", err)
 	}
-	for _, c := range list {
-		if c.SandboxID != sandbox {
+	for _, id := range ids {
+		if sb, ok := r.sandboxOfContainer(id); !ok || sb != sandbox {
 			continue
+		}
+		c, err := r.Status(ctx, id)
+		if runtime.IsNotFound(err) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return err
 		}
 		if err := f(c); err != nil && !runtime.IsNotFound(err) {
 			return err
 		}
 	}
 	return nil
+}
+
+// sandboxOfContainer is the sandbox container id was created in; ok is
+// false when its config cannot be read (removed meanwhile).
+func (r *Runtime) sandboxOfContainer(id string) (string, bool) {
+	r.mu.Lock()
+	sb, ok := r.sandboxOf[id]
+	r.mu.Unlock()
+	if ok {
+		return sb, true
+	}
+	d, err := r.dir(id)
+	if err != nil {
+		return "", false
+	}
+	c, err := d.readConfig()
+	if err != nil {
+		return "", false
+	}
+	r.mu.Lock()
+	if r.sandboxOf == nil {
+		r.sandboxOf = map[string]string{}
+	}
+	r.sandboxOf[id] = c.Spec.SandboxID
+	r.mu.Unlock()
+	return c.Spec.SandboxID, true
 }
 
 func (r *Runtime) SandboxStatus(_ context.Context, id string) (runtime.SandboxStatus, error) {

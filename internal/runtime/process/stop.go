@@ -189,6 +189,9 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	if err := os.RemoveAll(gone); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
+	r.mu.Lock()
+	delete(r.sandboxOf, id)
+	r.mu.Unlock()
 	r.log.Info("container removed", "id", id)
 	return nil
 }
