@@ -151,7 +151,7 @@ func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
 	if uid == nil && gid == nil && len(groups) == 0 {
 		return nil, nil
 	}
-	cred := &runtime.Credential{Groups: groups}
+	cred := &runtime.Credential{Groups: groups, UIDUnset: uid == nil, GIDUnset: gid == nil}
 	if uid != nil {
 		cred.UID = uint32(*uid)
 	}

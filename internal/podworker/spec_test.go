@@ -193,8 +193,14 @@ func TestContainerUserFromSecurityContexts(t *testing.T) {
 	}
 	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](2000), SupplementalGroups: []int64{3000}, FSGroup: ptr.To[int64](4000)}
 	u, err := containerUser(pod, &pod.Spec.Containers[0])
-	if err != nil || u.UID != 1000 || u.GID != 2000 || !slices.Equal(u.Groups, []uint32{3000, 4000}) {
+	if err != nil || u.UID != 1000 || u.GID != 2000 || !slices.Equal(u.Groups, []uint32{3000, 4000}) || u.UIDUnset || u.GIDUnset {
 		t.Errorf("got %+v, %v", u, err)
+	}
+	// fsGroup alone: the user and group stay the image's (unset).
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](4000)}
+	u, err = containerUser(pod, &pod.Spec.Containers[0])
+	if err != nil || !u.UIDUnset || !u.GIDUnset || !slices.Equal(u.Groups, []uint32{4000}) {
+		t.Errorf("fsGroup only: got %+v, %v; want user and group unset", u, err)
 	}
 }
 

@@ -89,6 +89,10 @@ type Credential struct {
 	UID    uint32
 	GID    uint32
 	Groups []uint32
+	// UIDUnset and GIDUnset: the pod does not set runAsUser (runAsGroup).
+	// A runtime with images then runs the image's USER (and its group); one
+	// without runs UID 0, and GID as computed (the user's group on the host).
+	UIDUnset, GIDUnset bool
 }
 
 // Features says what a runtime can honour.

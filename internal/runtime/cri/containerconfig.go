@@ -77,9 +77,14 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		annotations[annotationTerminationFile] = in.terminationFile
 	}
 	if u := spec.User; u != nil {
+		// What the pod leaves unset is the image's (its USER and group).
 		sc := cfg.Linux.SecurityContext
-		sc.RunAsUser = &runtimeapi.Int64Value{Value: int64(u.UID)}
-		sc.RunAsGroup = &runtimeapi.Int64Value{Value: int64(u.GID)}
+		if !u.UIDUnset {
+			sc.RunAsUser = &runtimeapi.Int64Value{Value: int64(u.UID)}
+		}
+		if !u.GIDUnset {
+			sc.RunAsGroup = &runtimeapi.Int64Value{Value: int64(u.GID)}
+		}
 		for _, g := range u.Groups {
 			sc.SupplementalGroups = append(sc.SupplementalGroups, int64(g))
 		}

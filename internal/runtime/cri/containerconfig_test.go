@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"slices"
 	"syscall"
 	"testing"
 
@@ -92,6 +93,29 @@ func TestContainerConfigLeavesWhatTheSpecLeavesToTheImage(t *testing.T) {
 	}
 	if got.Linux.SecurityContext.NamespaceOptions.Network != runtimeapi.NamespaceMode_NODE {
 		t.Error("a container of a host-network sandbox is not on the node's network")
+	}
+}
+
+// Supplementary groups alone (fsGroup, supplementalGroups) keep the
+// image's user and group; a runAsUser alone keeps the image's group.
+func TestContainerConfigKeepsTheImagesUserWhereThePodSetsNone(t *testing.T) {
+	spec := runtime.ContainerSpec{PodUID: "u", PodNamespace: "ns", PodName: "p", Name: "c", SandboxID: "sb",
+		Image: "busybox", LogPath: "/logs/c/0.log",
+		User: &runtime.Credential{Groups: []uint32{4000}, UIDUnset: true, GIDUnset: true}}
+	got, err := containerConfig(containerInput{spec: spec, sandboxLogDir: "/logs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := got.Linux.SecurityContext
+	if sc.RunAsUser != nil || sc.RunAsGroup != nil || !slices.Equal(sc.SupplementalGroups, []int64{4000}) {
+		t.Errorf("groups only: runAsUser %v, runAsGroup %v, groups %v; want the image's user and group, groups [4000]", sc.RunAsUser, sc.RunAsGroup, sc.SupplementalGroups)
+	}
+	spec.User = &runtime.Credential{UID: 1000, GIDUnset: true}
+	if got, err = containerConfig(containerInput{spec: spec, sandboxLogDir: "/logs"}); err != nil {
+		t.Fatal(err)
+	}
+	if sc := got.Linux.SecurityContext; sc.RunAsUser.GetValue() != 1000 || sc.RunAsGroup != nil {
+		t.Errorf("runAsUser only: runAsUser %v, runAsGroup %v; want 1000 and the image's group", sc.RunAsUser, sc.RunAsGroup)
 	}
 }
 
