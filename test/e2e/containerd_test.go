@@ -118,6 +118,15 @@ func TestContainerdRunsImages(t *testing.T) {
 		}
 		// The node reaches a pod, and a pod reaches another.
 		waitHTTP(t, "http://"+net.JoinHostPort(a.Status.PodIP, "8080")+"/hostname", "web-a")
+		// kubectl port-forward reaches it through containerd's streaming
+		// server, with either protocol.
+		for name, env := range map[string][]string{"websocket": nil, "spdy": {"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}} {
+			local := freePort(t)
+			stderr := p.portForward(t, ns, "web-a", local, 8080, env)
+			if body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/hostname", local)); err != nil || body != "web-a" {
+				t.Errorf("port-forward (%s): %q, %v; kubectl: %q", name, body, err, stderr.String())
+			}
+		}
 		p.create(t, p.imagePod(ns, "client", images.BusyboxImage, v1.RestartPolicyNever,
 			[]string{"sh", "-c", fmt.Sprintf(`printf 'GET /hostname HTTP/1.0\r\n\r\n' | nc -w 5 %s 8080`, b.Status.PodIP)}, nil))
 		pod := p.waitPod(t, ns, "client", 60*time.Second, "terminated", func(pod *v1.Pod) bool { return terminated(pod, "c") != nil })

@@ -236,10 +236,53 @@ func TestContainersEmptyDirIsSharedByThePodsContainers(t *testing.T) {
 	if err := p.Admin.CoreV1().Pods(ns).Delete(context.Background(), got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 90*time.Second, "the pod's directory and tmpfs removed", func() (bool, error) {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
 		_, err := os.Stat(podDir)
-		return os.IsNotExist(err) && !mountedUnder(podDir), err
-	})
+		if os.IsNotExist(err) && !mountedUnder(podDir) {
+			return
+		}
+		if time.Now().After(deadline) {
+			entries, _ := os.ReadDir(podDir)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			t.Errorf("90 s after the force deletion: pod directory entries %v (stat err %v), tmpfs mounted %v; the agent's log of the pod:\n%s",
+				names, err, mountedUnder(podDir), p.agentLogOf(append(containerIDs(got), string(got.UID), ns+"/"+got.Name)...))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// containerIDs are the runtime IDs of the pod's containers, without scheme.
+func containerIDs(pod *v1.Pod) []string {
+	var ids []string
+	for _, cs := range append(append([]v1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// agentLogOf is what the agent logged with any of keys (a pod UID, ns/name).
+func (p *Podvisor) agentLogOf(keys ...string) string {
+	b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, k := range keys {
+			if strings.Contains(line, k) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func mountedUnder(dir string) bool {

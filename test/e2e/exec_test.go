@@ -53,6 +53,41 @@ func (p *Podvisor) kubectl(t *testing.T, stdin string, env []string, args ...str
 	return o.String(), e.String(), code
 }
 
+// portForward runs kubectl port-forward from local to the pod's port with
+// env (the protocol choice) until the test ends, once it says it forwards;
+// its stderr is returned for messages.
+func (p *Podvisor) portForward(t *testing.T, ns, pod string, local, port int, env []string) *syncBuffer {
+	t.Helper()
+	cmd := exec.Command(binary, "kubectl", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"),
+		"-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf("%d:%d", local, port))
+	cmd.Env = append(os.Environ(), env...)
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	forwarding := make(chan string, 1)
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			if strings.HasPrefix(s.Text(), "Forwarding from 127.0.0.1") {
+				forwarding <- s.Text()
+			}
+		}
+	}()
+	select {
+	case <-forwarding:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("kubectl port-forward not forwarding; stderr %q", stderr.String())
+	}
+	return stderr
+}
+
 // remoteCommandProtocols are kubectl's two: WebSocket (the default, passed
 // through to the agent) and SPDY (its fallback, forced here).
 var remoteCommandProtocols = map[string][]string{
@@ -192,33 +227,7 @@ func TestKubectlPortForward(t *testing.T) {
 	for name, env := range map[string][]string{"websocket": nil, "spdy": {"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}} {
 		t.Run(name, func(t *testing.T) {
 			local := freePort(t)
-			cmd := exec.Command(binary, "kubectl", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"),
-				"-n", ns, "port-forward", "pod/web", fmt.Sprintf("%d:%d", local, port))
-			cmd.Env = append(os.Environ(), env...)
-			var stderr syncBuffer
-			cmd.Stderr = &stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { cmd.Process.Kill(); cmd.Wait() }()
-			forwarding := make(chan string, 1)
-			go func() {
-				s := bufio.NewScanner(out)
-				for s.Scan() {
-					if strings.HasPrefix(s.Text(), "Forwarding from 127.0.0.1") {
-						forwarding <- s.Text()
-					}
-				}
-			}()
-			select {
-			case <-forwarding:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("kubectl port-forward not forwarding; stderr %q", stderr.String())
-			}
+			stderr := p.portForward(t, ns, "web", local, port, env)
 			for i := range 3 {
 				body, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/", local))
 				if err != nil || body != "hello from the pod" {

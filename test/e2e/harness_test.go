@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
-	stopShared()
+	stopShared(code != 0)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -45,11 +45,16 @@ func Shared(t *testing.T) *Podvisor {
 	return shared
 }
 
-// stopShared is called from TestMain.
-func stopShared() {
+// stopShared is called from TestMain; after a failed run the shared data
+// dir (its podvisor.log) is kept for the post-mortem.
+func stopShared(failed bool) {
 	if shared != nil {
 		shared.Stop()
 		killLeftovers(shared.DataDir)
+		if failed {
+			fmt.Fprintf(os.Stderr, "shared podvisor's data dir kept: %s\n", shared.DataDir)
+			return
+		}
 		os.RemoveAll(shared.DataDir)
 	}
 }
