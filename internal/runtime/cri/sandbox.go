@@ -32,7 +32,11 @@ func (r *Runtime) RunSandbox(ctx context.Context, spec runtime.SandboxSpec) (str
 			return "", fmt.Errorf("run sandbox of %s/%s: %w", spec.PodNamespace, spec.PodName, err)
 		}
 	}
+	if err := r.gate.enter(ctx, stageSandbox); err != nil {
+		return "", classify(err, "run sandbox of %s/%s", spec.PodNamespace, spec.PodName)
+	}
 	id, err := r.rs.RunPodSandbox(quiet(ctx), cfg, "")
+	r.gate.leave()
 	if err != nil {
 		return "", classify(err, "run sandbox of %s/%s", spec.PodNamespace, spec.PodName)
 	}
