@@ -95,7 +95,9 @@ func (n *node) criRuntime(ctx context.Context) (internalapi.RuntimeService, erro
 	if err != nil {
 		return nil, err
 	}
-	return criclient.NewRemoteRuntimeService(ctx, paths.Endpoint(), 10*time.Second, nil, false)
+	// A minute per call: a loaded machine takes more than 10 s to stop a
+	// sandbox while 99 others are being stopped.
+	return criclient.NewRemoteRuntimeService(ctx, paths.Endpoint(), time.Minute, nil, false)
 }
 
 // hostPids maps container IDs (without "containerd://") to their main
@@ -128,7 +130,7 @@ func (n *node) hostPids(ids []string) (map[string]int, error) {
 // purgeContainerd removes every sandbox of the node's containerd through
 // the CRI, with its containers, shim and network namespace.
 func (n *node) purgeContainerd() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rs, err := n.criRuntime(ctx)
 	if err != nil {
