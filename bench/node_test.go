@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -344,8 +345,11 @@ func tail(s string, n int) string {
 }
 
 // report prints a table to stdout: b.Log would keep only its first 10 lines.
+// The load average goes with it: other work on the machine moves every figure.
 func report(b *testing.B, lines ...string) {
-	fmt.Printf("\n%s:\n%s\n\n", b.Name(), strings.Join(lines, "\n"))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\n%s (runtime %s; load average %s):\n%s\n\n", b.Name(), cmp.Or(os.Getenv(runtimeEnv), "process"),
+		strings.Join(strings.Fields(string(load))[:3], " "), strings.Join(lines, "\n"))
 }
 
 // keepLogs copies the node's logs into $PODVISOR_BENCH_LOGS/<benchmark>.

@@ -306,13 +306,22 @@ func BenchmarkExitToStatus(b *testing.B) {
 			round(l.q(0.9)), round(l.q(0.99)), round(l.max()), worst, round(worstExit)))
 }
 
-// readUnixTime parses a file holding `date +%s.%N` output.
+// readUnixTime parses a file holding `date +%s.%N` output. Busybox's date
+// (the containerd runtime's image) has no %N and writes it as is: the time
+// is then the file's modification time, which the write set.
 func readUnixTime(path string) (time.Time, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return time.Time{}, err
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if strings.HasSuffix(line, ".%N") {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return fi.ModTime(), nil
+	}
 	sec, frac, ok := strings.Cut(line, ".")
 	if !ok || len(frac) != 9 {
 		return time.Time{}, fmt.Errorf("%s: %q is not seconds.nanoseconds", path, line)
