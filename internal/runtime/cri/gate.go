@@ -5,15 +5,18 @@ import (
 	"sync"
 )
 
-// The gate bounds the CRI calls that make something (RunPodSandbox,
-// CreateContainer, StartContainer). Each costs the runtime a few hundred
+// The gate bounds the CRI calls that make or unmake a pod's sandbox or
+// containers (RunPodSandbox, CreateContainer, StartContainer; StopPodSandbox,
+// RemovePodSandbox). Each costs the runtime a few hundred
 // milliseconds of CPU (shim, runc, CNI plugins); a burst of pods started
 // all at once shares the CPU among all of them, so that every pod becomes
 // ready only near the end of the burst. Through the gate, calls of pods
 // already under way go first (start before create before sandbox): pods
 // become ready one after another, at the same overall rate.
 //
-// Stops and removals do not pass the gate: a stop waits out a grace period.
+// A pod's teardown (StopPodSandbox: its network; RemovePodSandbox) costs
+// CPU as well and passes the gate before any creation: what it frees comes
+// back first. StopContainer does not pass it: a stop waits out a grace period.
 
 // stage orders the calls through the gate: a later stage goes first.
 type stage int
@@ -22,7 +25,8 @@ const (
 	stageSandbox stage = iota + 1
 	stageCreate
 	stageStart
-	stages = stageStart
+	stageTeardown
+	stages = stageTeardown
 )
 
 type gate struct {

@@ -21,13 +21,13 @@ func waitQueued(t *testing.T, g *gate, s stage, n int) {
 	t.Fatalf("%d calls of stage %d never queued", n, s)
 }
 
-func TestGateLetsALaterStageThroughFirst(t *testing.T) {
+func TestGateLetsTeardownsThenLaterStagesThroughFirst(t *testing.T) {
 	g := newGate(1)
 	ctx := context.Background()
 	if err := g.enter(ctx, stageSandbox); err != nil {
 		t.Fatal(err)
 	}
-	order := make(chan stage, 3)
+	order := make(chan stage, 4)
 	var wg sync.WaitGroup
 	enter := func(s stage) {
 		wg.Go(func() {
@@ -42,8 +42,9 @@ func TestGateLetsALaterStageThroughFirst(t *testing.T) {
 	enter(stageSandbox)
 	enter(stageCreate)
 	enter(stageStart)
+	enter(stageTeardown)
 	g.leave()
-	for _, want := range []stage{stageStart, stageCreate, stageSandbox} {
+	for _, want := range []stage{stageTeardown, stageStart, stageCreate, stageSandbox} {
 		if got := <-order; got != want {
 			t.Fatalf("stage %d went through, want %d (later stages first)", got, want)
 		}

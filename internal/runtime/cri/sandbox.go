@@ -53,7 +53,12 @@ func (r *Runtime) StopSandbox(ctx context.Context, id string) error {
 	if err := r.sandboxExists(ctx, id); err != nil {
 		return err
 	}
-	if err := r.rs.StopPodSandbox(quiet(ctx), id); err != nil {
+	if err := r.gate.enter(ctx, stageTeardown); err != nil {
+		return classify(err, "stop sandbox %s", id)
+	}
+	err := r.rs.StopPodSandbox(quiet(ctx), id)
+	r.gate.leave()
+	if err != nil {
 		return classify(err, "stop sandbox %s", id)
 	}
 	return nil
@@ -65,7 +70,12 @@ func (r *Runtime) RemoveSandbox(ctx context.Context, id string) error {
 	if err := r.sandboxExists(ctx, id); err != nil {
 		return err
 	}
-	if err := r.rs.RemovePodSandbox(quiet(ctx), id); err != nil {
+	if err := r.gate.enter(ctx, stageTeardown); err != nil {
+		return classify(err, "remove sandbox %s", id)
+	}
+	err := r.rs.RemovePodSandbox(quiet(ctx), id)
+	r.gate.leave()
+	if err != nil {
 		return classify(err, "remove sandbox %s", id)
 	}
 	r.mu.Lock()
