@@ -53,8 +53,8 @@ type Config struct {
 	// Default 2m, the kubelet's runtimeRequestTimeout.
 	RequestTimeout time.Duration
 	// MakeConcurrency bounds the sandbox and container creations and
-	// starts in flight at once (see gate). Default 2 per CPU (at least 4);
-	// negative: no bound.
+	// starts, and the sandbox teardowns, in flight at once (see gate).
+	// Default 2 per CPU (at least 4); negative: no bound.
 	MakeConcurrency int
 	Clock           clock.WithTicker
 	Log             *slog.Logger
