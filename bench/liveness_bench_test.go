@@ -38,7 +38,7 @@ func BenchmarkLivenessReaction(b *testing.B) {
 		// `wait` returns at once on a trapped signal; `sleep` alone would
 		// delay the trap until it ends. $$! is the API's escape for $!.
 		script := fmt.Sprintf("trap 'date +%%s.%%N >> %s; exit 0' TERM; while true; do sleep 1 & wait $$!; done", file(name, "term"))
-		pod := shPod(ns, name, v1.RestartPolicyAlways, script)
+		pod := n.shPod(ns, name, v1.RestartPolicyAlways, script, dir)
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{
 			ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"sh", "-c",
 				fmt.Sprintf("date +%%s.%%N >> %s; cat %s", file(name, "probes"), file(name, "alive"))}}},

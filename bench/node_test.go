@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -22,6 +23,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 )
+
+// logsEnv names a directory to keep each node's logs in (podvisor's
+// stderr, containerd's log) for a look at where the time went.
+const logsEnv = "PODVISOR_BENCH_LOGS"
 
 // binaryEnv names a prebuilt podvisor to benchmark; without it the benchmarks
 // build ./cmd/podvisor from the module root, as the e2e TestMain does.
@@ -52,7 +57,8 @@ func podvisorBinary(b *testing.B) string {
 				return
 			}
 			binaryPath = filepath.Join(dir, "podvisor")
-			build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim")
+			// The containerd runtime runs the shim found beside the binary.
+			build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
 			build.Dir = moduleRoot()
 			build.Stdout, build.Stderr = os.Stderr, os.Stderr
 			if err := build.Run(); err != nil {
@@ -94,6 +100,7 @@ func freePort(b *testing.B) int {
 type node struct {
 	b         *testing.B
 	binary    string
+	runtime   string // process or containerd (PODVISOR_BENCH_RUNTIME)
 	dataDir   string
 	ports     [4]int // API, agent, etcd client, etcd peer
 	cmd       *exec.Cmd
@@ -126,7 +133,10 @@ func (l *lockedBuffer) String() string {
 // cleanup stops it and kills the containers it leaves behind.
 func newNode(b *testing.B) *node {
 	b.Helper()
-	n := &node{b: b, binary: podvisorBinary(b), dataDir: b.TempDir()}
+	n := &node{b: b, binary: podvisorBinary(b), runtime: benchRuntime(b), dataDir: b.TempDir()}
+	if !runtimeFlag && n.runtime != "process" {
+		b.Skipf("%s has no --runtime flag: it runs host processes only", n.binary)
+	}
 	for i := range n.ports {
 		n.ports[i] = freePort(b)
 	}
@@ -145,8 +155,10 @@ func (n *node) start() {
 		args = append(args, "--etcd-client-port", fmt.Sprint(n.ports[2]), "--etcd-peer-port", fmt.Sprint(n.ports[3]))
 	}
 	if runtimeFlag {
-		// The scenarios as recorded in BENCHMARKS.md: the process runtime.
-		args = append(args, "--runtime", "process")
+		args = append(args, "--runtime", n.runtime)
+	}
+	if n.runtime == "containerd" {
+		args = append(args, "--cluster-cidr", nextClusterCIDR())
 	}
 	n.cmd = exec.Command(n.binary, args...)
 	n.stderr = &lockedBuffer{}
@@ -195,6 +207,9 @@ func (n *node) start() {
 	// No client-side throttling: 100 concurrent calls must leave at once.
 	cfg.QPS, cfg.Burst = 1000, 1000
 	n.client = kubernetes.NewForConfigOrDie(cfg)
+	if n.runtime == "containerd" {
+		n.importImages()
+	}
 }
 
 func (n *node) pid() int { return n.cmd.Process.Pid }
@@ -239,8 +254,15 @@ func (n *node) cleanup() {
 		}
 		cancel()
 	}
+	if n.runtime == "containerd" && n.running() {
+		n.purgeContainerd()
+	}
 	n.stop()
+	n.keepLogs()
 	killLeftovers(n.dataDir)
+	if n.runtime == "containerd" {
+		n.removeContainerdState()
+	}
 }
 
 func (n *node) running() bool {
@@ -323,6 +345,26 @@ func tail(s string, n int) string {
 }
 
 // report prints a table to stdout: b.Log would keep only its first 10 lines.
+// The load average goes with it: other work on the machine moves every figure.
 func report(b *testing.B, lines ...string) {
-	fmt.Printf("\n%s:\n%s\n\n", b.Name(), strings.Join(lines, "\n"))
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("\n%s (runtime %s; load average %s):\n%s\n\n", b.Name(), cmp.Or(os.Getenv(runtimeEnv), "process"),
+		strings.Join(strings.Fields(string(load))[:3], " "), strings.Join(lines, "\n"))
+}
+
+// keepLogs copies the node's logs into $PODVISOR_BENCH_LOGS/<benchmark>.
+func (n *node) keepLogs() {
+	dir := os.Getenv(logsEnv)
+	if dir == "" || n.stderr == nil {
+		return
+	}
+	dir = filepath.Join(dir, strings.ReplaceAll(n.b.Name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		n.b.Log(err)
+		return
+	}
+	_ = os.WriteFile(filepath.Join(dir, "podvisor.log"), []byte(n.stderr.String()), 0o644)
+	if data, err := os.ReadFile(filepath.Join(n.dataDir, "containerd", "containerd.log")); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "containerd.log"), data, 0o644)
+	}
 }

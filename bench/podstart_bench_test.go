@@ -107,9 +107,14 @@ func BenchmarkPodStart(b *testing.B) {
 	})
 	defer stop()
 
+	// The node idle: podvisor, and containerd on that runtime, with no pod.
+	time.Sleep(settleTime)
+	idleAgent, _ := memOf(n.pid())
+	idle := n.stack()
+
 	pods := make([]*v1.Pod, startPods)
 	for i := range pods {
-		pods[i] = shPod(ns, fmt.Sprintf("sleep-%03d", i), v1.RestartPolicyAlways, "sleep 3600")
+		pods[i] = n.shPod(ns, fmt.Sprintf("sleep-%03d", i), v1.RestartPolicyAlways, "sleep 3600")
 	}
 	b.ResetTimer()
 	start := time.Now()
@@ -162,8 +167,17 @@ func BenchmarkPodStart(b *testing.B) {
 	window := time.Since(t0)
 	cpuPct := 100 * (cpu1 - cpu0).Seconds() / window.Seconds()
 	agent, _ := memOf(pid)
-	shimSet := shims(n.dataDir)
+	busy := n.stack()
+	shimSet := busy.shims
 	shimN, shim := shimSet.count, shimSet.mem
+	shimName := "podvisor __shim"
+	if n.runtime == "containerd" {
+		shimName = "containerd-shim-runc-v2"
+	}
+	// The node stack: podvisor, containerd and the shims (their own memory,
+	// Pss: the binary's pages they share are counted once).
+	stackPss := func(a memKB, s stack) float64 { return mib(a.pss + s.containerd.mem.pss + s.shims.mem.pss) }
+	stackRss := func(a memKB, s stack) float64 { return mib(a.rss + s.containerd.mem.rss + s.shims.mem.rss) }
 
 	k := float64(max(shimN, 1))
 	b.ReportMetric(ms(c.q(0.5)), "p50-ms")
@@ -177,6 +191,12 @@ func BenchmarkPodStart(b *testing.B) {
 	b.ReportMetric(mib(shim.anon), "shim-anon-MiB")
 	b.ReportMetric(mib(shim.pss), "shim-pss-MiB")
 	b.ReportMetric(ms(shimSet.cpu)/k, "cpu-ms/shim")
+	b.ReportMetric(stackPss(idleAgent, idle), "idle-stack-pss-MiB")
+	b.ReportMetric(stackPss(agent, busy), "stack-pss-MiB")
+	memRow := func(what string, count int, m memKB, cpu time.Duration) string {
+		return fmt.Sprintf("| %s | %d | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
+			what, count, cpu, mib(m.rss), mib(m.anon), mib(m.file), mib(m.pss))
+	}
 	report(b,
 		fmt.Sprintf("%d pods created at once (creates returned after %v); create call → watch shows all containers running:", startPods, round(createsDone)),
 		fmt.Sprintf("all running %v after the first create call: %.1f pods/s; slowest: %s", round(total), rate, slowest),
@@ -192,10 +212,16 @@ func BenchmarkPodStart(b *testing.B) {
 		"| --- | --- | --- | --- | --- | --- | --- | --- |",
 		fmt.Sprintf("| podvisor up | 1 | %.1f %% | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
 			cpuPct, cpu1, mib(agent.rss), mib(agent.anon), mib(agent.file), mib(agent.pss)),
-		fmt.Sprintf("| podvisor __shim (sum) | %d | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
-			shimN, shimSet.cpu, mib(shim.rss), mib(shim.anon), mib(shim.file), mib(shim.pss)),
-		fmt.Sprintf("| podvisor __shim (mean) | | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
-			shimSet.cpu/time.Duration(max(shimN, 1)), mib(shim.rss)/k, mib(shim.anon)/k, mib(shim.file)/k, mib(shim.pss)/k))
+		memRow("containerd", busy.containerd.count, busy.containerd.mem, busy.containerd.cpu),
+		fmt.Sprintf("| %s (sum) | %d | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
+			shimName, shimN, shimSet.cpu, mib(shim.rss), mib(shim.anon), mib(shim.file), mib(shim.pss)),
+		fmt.Sprintf("| %s (mean) | | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
+			shimName, shimSet.cpu/time.Duration(max(shimN, 1)), mib(shim.rss)/k, mib(shim.anon)/k, mib(shim.file)/k, mib(shim.pss)/k),
+		"",
+		fmt.Sprintf("node stack (podvisor + containerd + shims), Pss: idle %.1f MiB (podvisor %.1f, containerd %.1f, %d shims %.1f); with %d pods %.1f MiB",
+			stackPss(idleAgent, idle), mib(idleAgent.pss), mib(idle.containerd.mem.pss), idle.shims.count, mib(idle.shims.mem.pss),
+			startPods, stackPss(agent, busy)),
+		fmt.Sprintf("node stack, VmRSS summed: idle %.1f MiB; with %d pods %.1f MiB", stackRss(idleAgent, idle), startPods, stackRss(agent, busy)))
 }
 
 const exitPods = 50
@@ -238,7 +264,7 @@ func BenchmarkExitToStatus(b *testing.B) {
 		// Spread over 1.00–2.99 s, in an order unrelated to creation.
 		sleep := fmt.Sprintf("%d.%02d", 1+(i*37%200)/100, i*37%100)
 		script := fmt.Sprintf("sleep %s; date +%%s.%%N > %s; exit 0", sleep, filepath.Join(dir, name))
-		pods[i] = shPod(ns, name, v1.RestartPolicyNever, script)
+		pods[i] = n.shPod(ns, name, v1.RestartPolicyNever, script, dir)
 	}
 	b.ResetTimer()
 	start := time.Now()
@@ -280,13 +306,22 @@ func BenchmarkExitToStatus(b *testing.B) {
 			round(l.q(0.9)), round(l.q(0.99)), round(l.max()), worst, round(worstExit)))
 }
 
-// readUnixTime parses a file holding `date +%s.%N` output.
+// readUnixTime parses a file holding `date +%s.%N` output. Busybox's date
+// (the containerd runtime's image) has no %N and writes it as is: the time
+// is then the file's modification time, which the write set.
 func readUnixTime(path string) (time.Time, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return time.Time{}, err
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if strings.HasSuffix(line, ".%N") {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return fi.ModTime(), nil
+	}
 	sec, frac, ok := strings.Cut(line, ".")
 	if !ok || len(frac) != 9 {
 		return time.Time{}, fmt.Errorf("%s: %q is not seconds.nanoseconds", path, line)

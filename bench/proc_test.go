@@ -115,14 +115,19 @@ func shims(dataDir string) (set shimSet) {
 		if err != nil || !bytes.Contains(cmdline, []byte("\x00__shim")) || !bytes.Contains(cmdline, []byte(dataDir)) {
 			continue
 		}
-		if m, err := memOf(pid); err == nil {
-			set.count++
-			set.mem.add(m)
-			cpu, _ := cpuTime(pid)
-			set.cpu += cpu
-		}
+		set.addProcess(pid)
 	}
 	return set
+}
+
+// addProcess counts pid in the set, unless it is gone.
+func (s *shimSet) addProcess(pid int) {
+	if m, err := memOf(pid); err == nil {
+		s.count++
+		s.mem.add(m)
+		cpu, _ := cpuTime(pid)
+		s.cpu += cpu
+	}
 }
 
 // dist summarises durations.

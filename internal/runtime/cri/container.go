@@ -61,7 +61,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 		removeFile(in.terminationFile)
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}
+	if err := r.gate.enter(ctx, stageCreate); err != nil {
+		removeFile(in.terminationFile)
+		return "", classify(err, "create container %s", spec.Name)
+	}
 	id, err := r.rs.CreateContainer(quiet(ctx), spec.SandboxID, cfg, sb.config)
+	r.gate.leave()
 	if err != nil {
 		removeFile(in.terminationFile)
 		return "", classify(err, "create container %s", spec.Name)
@@ -105,7 +110,11 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
+	if err := r.gate.enter(ctx, stageStart); err != nil {
+		return classify(err, "start container %s", id)
+	}
 	startErr := r.rs.StartContainer(quiet(ctx), id)
+	r.gate.leave()
 	if startErr == nil {
 		r.events.observe(id, m.podUID, m.name, runtime.StateRunning)
 		r.log.Info("container started", "container", m.name, "id", id)

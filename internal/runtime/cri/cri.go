@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"time"
@@ -51,8 +52,12 @@ type Config struct {
 	// RequestTimeout bounds each CRI call (a stop: its grace plus this).
 	// Default 2m, the kubelet's runtimeRequestTimeout.
 	RequestTimeout time.Duration
-	Clock          clock.WithTicker
-	Log            *slog.Logger
+	// MakeConcurrency bounds the sandbox and container creations and
+	// starts, and the sandbox teardowns, in flight at once (see gate).
+	// Default 2 per CPU (at least 4); negative: no bound.
+	MakeConcurrency int
+	Clock           clock.WithTicker
+	Log             *slog.Logger
 }
 
 // Runtime implements runtime.Runtime and runtime.Images over CRI.
@@ -64,6 +69,7 @@ type Runtime struct {
 	log    *slog.Logger
 	clock  clock.WithTicker
 	events *tracker
+	gate   *gate // sandbox and container creations and starts
 
 	ctx       context.Context // ends at Close
 	cancel    context.CancelFunc
@@ -103,6 +109,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 2 * time.Minute
 	}
+	if cfg.MakeConcurrency == 0 {
+		cfg.MakeConcurrency = max(4, 2*goruntime.NumCPU())
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -136,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		log:        cfg.Log.With("runtime", v.RuntimeName),
 		clock:      cfg.Clock,
 		events:     newTracker(),
+		gate:       newGate(cfg.MakeConcurrency),
 		relist:     make(chan struct{}, 1),
 		sandboxes:  map[string]*sandboxEntry{},
 		containers: map[string]containerMeta{},

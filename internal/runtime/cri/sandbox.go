@@ -32,7 +32,11 @@ func (r *Runtime) RunSandbox(ctx context.Context, spec runtime.SandboxSpec) (str
 			return "", fmt.Errorf("run sandbox of %s/%s: %w", spec.PodNamespace, spec.PodName, err)
 		}
 	}
+	if err := r.gate.enter(ctx, stageSandbox); err != nil {
+		return "", classify(err, "run sandbox of %s/%s", spec.PodNamespace, spec.PodName)
+	}
 	id, err := r.rs.RunPodSandbox(quiet(ctx), cfg, "")
+	r.gate.leave()
 	if err != nil {
 		return "", classify(err, "run sandbox of %s/%s", spec.PodNamespace, spec.PodName)
 	}
@@ -49,7 +53,12 @@ func (r *Runtime) StopSandbox(ctx context.Context, id string) error {
 	if err := r.sandboxExists(ctx, id); err != nil {
 		return err
 	}
-	if err := r.rs.StopPodSandbox(quiet(ctx), id); err != nil {
+	if err := r.gate.enter(ctx, stageTeardown); err != nil {
+		return classify(err, "stop sandbox %s", id)
+	}
+	err := r.rs.StopPodSandbox(quiet(ctx), id)
+	r.gate.leave()
+	if err != nil {
 		return classify(err, "stop sandbox %s", id)
 	}
 	return nil
@@ -61,7 +70,12 @@ func (r *Runtime) RemoveSandbox(ctx context.Context, id string) error {
 	if err := r.sandboxExists(ctx, id); err != nil {
 		return err
 	}
-	if err := r.rs.RemovePodSandbox(quiet(ctx), id); err != nil {
+	if err := r.gate.enter(ctx, stageTeardown); err != nil {
+		return classify(err, "remove sandbox %s", id)
+	}
+	err := r.rs.RemovePodSandbox(quiet(ctx), id)
+	r.gate.leave()
+	if err != nil {
 		return classify(err, "remove sandbox %s", id)
 	}
 	r.mu.Lock()
