@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -221,5 +222,58 @@ func TestContainerdRestartReadoptsAndImportsTheImagesFolder(t *testing.T) {
 	if cs.ContainerID != id || cs.RestartCount != 0 || after.Status.PodIP != before.Status.PodIP {
 		t.Errorf("after the restart: container %s (restarts %d, IP %s), want %s (0, %s)",
 			cs.ContainerID, cs.RestartCount, after.Status.PodIP, id, before.Status.PodIP)
+	}
+}
+
+// A second node (`podvisor agent`) on containerd runs its own containerd
+// and pod network: its pods get addresses from its own pod CIDR, and a pod
+// on one node reaches a pod on the other through the host.
+func TestContainerdSecondNodeJoinsThePodNetwork(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	p.importImages("busybox")
+	a := p.newAgent(t, "node-b-"+strings.ToLower(t.Name()), "")
+	a.Start()
+	out, err := exec.Command(binary, "image", "import", "--data-dir", a.DataDir, images.Build(t, "testserver")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("image import into the agent's containerd: %v\n%s", err, out)
+	}
+	ns := p.Namespace("twonodes")
+	ctx := context.Background()
+	nodeCIDR := func(name string) *net.IPNet {
+		n, err := p.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, cidr, err := net.ParseCIDR(n.Spec.PodCIDR)
+		if err != nil {
+			t.Fatalf("node %s: spec.podCIDR %q: %v", name, n.Spec.PodCIDR, err)
+		}
+		return cidr
+	}
+	cidrA, cidrB := nodeCIDR(p.NodeName), nodeCIDR(a.NodeName)
+	if cidrA.String() == cidrB.String() {
+		t.Fatalf("both nodes have pod CIDR %s", cidrA)
+	}
+
+	web := p.imagePod(ns, "web-b", images.TestserverImage, v1.RestartPolicyAlways, nil, []string{"serve"})
+	web.Spec.NodeName = a.NodeName
+	p.create(t, web)
+	b := p.waitRunning(t, ns, "web-b")
+	if ip := net.ParseIP(b.Status.PodIP); ip == nil || !cidrB.Contains(ip) {
+		t.Fatalf("pod on %s has IP %q, want one in its pod CIDR %s", a.NodeName, b.Status.PodIP, cidrB)
+	}
+	client := p.imagePod(ns, "client-a", images.BusyboxImage, v1.RestartPolicyNever,
+		[]string{"sh", "-c", fmt.Sprintf(`printf 'GET /hostname HTTP/1.0\r\n\r\n' | nc -w 5 %s 8080`, b.Status.PodIP)}, nil)
+	client.Spec.NodeName = p.NodeName
+	p.create(t, client)
+	pod := p.waitPod(t, ns, "client-a", 60*time.Second, "terminated", func(pod *v1.Pod) bool { return terminated(pod, "c") != nil })
+	if ip := net.ParseIP(pod.Status.PodIP); ip == nil || !cidrA.Contains(ip) {
+		t.Errorf("pod on %s has IP %q, want one in its pod CIDR %s", p.NodeName, pod.Status.PodIP, cidrA)
+	}
+	logs, _ := p.logs(ns, "client-a", "c")
+	if terminated(pod, "c").ExitCode != 0 || !strings.HasSuffix(strings.TrimSpace(logs), "web-b") {
+		t.Errorf("client on %s: exit code %d, output %q; want web-b's hostname from %s", p.NodeName, terminated(pod, "c").ExitCode, logs, a.NodeName)
 	}
 }

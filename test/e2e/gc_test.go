@@ -82,7 +82,16 @@ type Agent struct {
 
 func (p *Podvisor) newAgent(t *testing.T, name, config string) *Agent {
 	a := &Agent{t: t, server: p, NodeName: name, DataDir: t.TempDir(), Port: freePort(t), Config: config}
-	t.Cleanup(func() { a.Stop(); killLeftovers(a.DataDir) })
+	t.Cleanup(func() {
+		if p.Runtime == "containerd" {
+			purgeContainerd(t, a.DataDir)
+		}
+		a.Stop()
+		killLeftovers(a.DataDir)
+		if p.Runtime == "containerd" {
+			removeContainerdState(a.DataDir)
+		}
+	})
 	return a
 }
 

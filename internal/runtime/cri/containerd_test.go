@@ -257,6 +257,10 @@ func (c *testContainerd) remove() {
 		cancel()
 	}
 	c.close()
+	// The bridge and, for the embedded containerd, its masquerade rule.
+	if paths, err := containerd.PathsFor(filepath.Join(c.dir, "data")); err == nil && c.dir != "" {
+		containerd.RemovePodNetwork(paths, testBridge)
+	}
 	exec.Command("ip", "link", "del", testBridge).Run()
 	c.cleanDir()
 }
