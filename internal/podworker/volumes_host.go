@@ -110,8 +110,22 @@ func checkHostPath(hp *v1.HostPathVolumeSource) error {
 
 // teardownVolumes unmounts what setup mounted under the pod's directory
 // (memory-backed emptyDirs), so that removing the directory removes all.
+// Reading /proc/self/mountinfo while other mounts come and go (a busy
+// node: containerd mounting rootfs) can miss an entry, and a missed tmpfs
+// stayed mounted with its directory, so each volume directory is also
+// unmounted by path (EINVAL for one that is no mount point).
 func (w *worker) teardownVolumes() {
-	unmountUnder(w.podDir())
+	dir := w.podDir()
+	unmountUnder(dir)
+	plugins, _ := os.ReadDir(filepath.Join(dir, "volumes"))
+	for _, p := range plugins {
+		vols, _ := os.ReadDir(filepath.Join(dir, "volumes", p.Name()))
+		for _, v := range vols {
+			if v.IsDir() {
+				_ = unix.Unmount(filepath.Join(dir, "volumes", p.Name(), v.Name()), unix.MNT_DETACH)
+			}
+		}
+	}
 }
 
 // sweep removes the directories of pods no worker holds that a plain
@@ -149,18 +163,25 @@ func unmountUnder(dir string) {
 }
 
 // mountPoints lists the mount points of the agent's mount namespace.
-func mountPoints() []string {
+var mountPoints = readMountPoints
+
+func readMountPoints() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 {
+	// A reader, not a Scanner: a mount line longer than a Scanner's 64 KiB
+	// (an overlay with many layers) would end the listing early.
+	r := bufio.NewReader(f)
+	for {
+		line, err := r.ReadString('\n')
+		if fields := strings.Fields(line); len(fields) > 4 {
 			out = append(out, unescapeMountPath(fields[4]))
+		}
+		if err != nil {
+			break
 		}
 	}
 	return out

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -224,5 +225,41 @@ func TestWaitingReasonOfAFailedMountIsContainerCreating(t *testing.T) {
 		if r, ev := waitingReason(tc.err); r != tc.reason || ev != tc.event {
 			t.Errorf("waitingReason(%T) = %s %v, want %s %v", tc.err, r, ev, tc.reason, tc.event)
 		}
+	}
+}
+
+// A tmpfs emptyDir is unmounted by path when the mount table read misses
+// it (as a read racing other mounts can), so the pod directory goes.
+func TestTeardownUnmountsAVolumeTheMountTableMissed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	pod := testPod("tmpfs")
+	pod.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}
+	w, _, _ := volumeWorker(t, pod)
+	paths, err := w.setupVolumes(context.Background(), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounted := func() bool {
+		for _, mp := range readMountPoints() {
+			if mp == paths["scratch"] {
+				return true
+			}
+		}
+		return false
+	}
+	if !mounted() {
+		t.Fatalf("no tmpfs at %s", paths["scratch"])
+	}
+	t.Cleanup(func() { unix.Unmount(paths["scratch"], unix.MNT_DETACH) })
+	mountPoints = func() []string { return nil }
+	t.Cleanup(func() { mountPoints = readMountPoints })
+	w.teardownVolumes()
+	if mounted() {
+		t.Fatalf("%s is still mounted after teardown", paths["scratch"])
+	}
+	if err := os.RemoveAll(w.podDir()); err != nil {
+		t.Fatalf("pod directory not removable after teardown: %v", err)
 	}
 }
