@@ -85,6 +85,14 @@ func findCNIPlugins(dirs []string) (string, error) {
 	return "", fmt.Errorf("CNI plugins %v not found in %v (Debian: apt-get install containernetworking-plugins)", cniPlugins, dirs)
 }
 
+// setUpPodNetwork writes the CNI config for podCIDR and its masquerade rule.
+func setUpPodNetwork(p Paths, bridge string, podCIDR netip.Prefix) error {
+	if err := writeCNIConfig(p, bridge, podCIDR); err != nil {
+		return fmt.Errorf("CNI config: %w", err)
+	}
+	return ensureMasquerade(bridge, podCIDR)
+}
+
 // ensureMasquerade makes sure one NAT rule masquerades what pods of podCIDR
 // send outside it (the bridge plugin's ipMasq, once per node rather than once
 // per pod). The rule names the bridge in a comment, so that it can be told

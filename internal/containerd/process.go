@@ -119,10 +119,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		}
 	}
 	if o.PodCIDR.IsValid() {
-		if err := writeCNIConfig(paths, o.Bridge, o.PodCIDR); err != nil {
-			return nil, fmt.Errorf("containerd: CNI config: %w", err)
-		}
-		if err := ensureMasquerade(o.Bridge, o.PodCIDR); err != nil {
+		if err := setUpPodNetwork(paths, o.Bridge, o.PodCIDR); err != nil {
 			return nil, fmt.Errorf("containerd: %w", err)
 		}
 	}
@@ -369,10 +366,7 @@ func (p *Process) waitCRI(ctx context.Context) error {
 // CRI reports the network ready, so that no sandbox is refused for want of
 // it. Writing the same CIDR again is harmless.
 func (p *Process) SetPodCIDR(ctx context.Context, podCIDR netip.Prefix) error {
-	if err := writeCNIConfig(p.paths, p.bridge, podCIDR); err != nil {
-		return fmt.Errorf("containerd: CNI config: %w", err)
-	}
-	if err := ensureMasquerade(p.bridge, podCIDR); err != nil {
+	if err := setUpPodNetwork(p.paths, p.bridge, podCIDR); err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
 	rs, err := criclient.NewRemoteRuntimeService(ctx, p.paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)

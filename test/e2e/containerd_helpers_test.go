@@ -143,22 +143,15 @@ func killShims(paths containerd.Paths) {
 }
 
 // removeContainerdState removes what a stopped podvisor's containerd keeps
-// outside the data dir: its state directory (mounts under it first) and its
-// bridge.
+// outside the data dir: its state directory (mounts under it first), its
+// bridge and masquerade rule. Call after killLeftovers.
 func removeContainerdState(dataDir string) {
 	paths, err := containerd.PathsFor(dataDir)
 	if err != nil {
 		return
 	}
 	killShims(paths)
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 4 && (strings.HasPrefix(f[4], paths.State) || strings.HasPrefix(f[4], dataDir)) {
-				_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
-			}
-		}
-	}
+	unmountUnder(paths.State) // the data dir's: killLeftovers
 	_ = os.RemoveAll(paths.State)
 	containerd.RemovePodNetwork(paths, "")
 }

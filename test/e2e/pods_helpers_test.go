@@ -66,16 +66,22 @@ func stopShared(failed bool) {
 func killLeftovers(dataDir string) {
 	_ = exec.Command("pkill", "-KILL", "-f", dataDir).Run()
 	// Memory emptyDirs are tmpfs mounts under the data dir: lazily unmount them.
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 4 && strings.HasPrefix(f[4], dataDir) {
-				_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
-			}
-		}
-	}
+	unmountUnder(dataDir)
 	for _, pid := range processesWhoseEnv(func(env []byte) bool { return bytes.Contains(env, []byte(dataDir)) }) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// unmountUnder lazily unmounts every mount point whose path starts with prefix.
+func unmountUnder(prefix string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], prefix) {
+			_ = syscall.Unmount(f[4], syscall.MNT_DETACH)
+		}
 	}
 }
 

@@ -114,16 +114,17 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	r := &Runtime{
-		root:     cfg.Root,
-		shim:     cfg.ShimBinary,
-		clock:    cfg.Clock,
-		log:      cfg.Log,
-		noCg:     cfg.NoCgroups,
-		hostIPs:  cfg.HostIPs,
-		events:   newEventQueue(),
-		watched:  map[string]chan struct{}{},
-		starting: map[string]bool{},
-		closed:   make(chan struct{}),
+		root:      cfg.Root,
+		shim:      cfg.ShimBinary,
+		clock:     cfg.Clock,
+		log:       cfg.Log,
+		noCg:      cfg.NoCgroups,
+		hostIPs:   cfg.HostIPs,
+		events:    newEventQueue(),
+		watched:   map[string]chan struct{}{},
+		starting:  map[string]bool{},
+		sandboxOf: map[string]string{},
+		closed:    make(chan struct{}),
 	}
 	mon, err := newMonitor(r.shimExited)
 	if err != nil {

@@ -139,9 +139,6 @@ func (r *Runtime) sandboxOfContainer(id string) (string, bool) {
 		return "", false
 	}
 	r.mu.Lock()
-	if r.sandboxOf == nil {
-		r.sandboxOf = map[string]string{}
-	}
 	r.sandboxOf[id] = c.Spec.SandboxID
 	r.mu.Unlock()
 	return c.Spec.SandboxID, true
