@@ -26,6 +26,9 @@ type podState struct {
 	initialized bool
 	// ending: the pod will start nothing more, only stop what runs.
 	ending bool
+	// sandboxLost: the pod's sandbox is gone and it gets no new one (a pod
+	// that never restarts, sandbox.go): it ends with what it has.
+	sandboxLost bool
 	// restarting: all containers restart (KEP-5532); restartUnfinished:
 	// some are still to be stopped and removed first; resetPending: and the
 	// pod is not ending, so they are.
@@ -98,8 +101,9 @@ func Compute(s Snapshot) Plan {
 		actions = p.planRun()
 	}
 	events := p.backOffEvents(init, regular)
+	events = append(events, p.sandboxChangedEvents()...)
 
-	done := (p.term != nil || isTerminal(phase)) && !p.anyAlive()
+	done := (p.term != nil || p.sandboxLost || isTerminal(phase)) && !p.anyAlive()
 	if done {
 		finalizeStatuses(init, regular)
 		if !isTerminal(phase) {
@@ -132,15 +136,17 @@ func Compute(s Snapshot) Plan {
 // decide settles, before any status is rendered, which exited containers
 // will be restarted and whether the pod is ending.
 func (p *podState) decide() {
+	// Initialized in this sandbox: what ran in an earlier one does not count
+	// (a new sandbox runs the init containers again).
 	p.initialized = true
 	for _, c := range p.containers {
-		if c.init && !c.completed() && !(c.sidecar && c.started()) {
+		if c.init && !c.initDone() {
 			p.initialized = false
 			break
 		}
 	}
 	for _, c := range p.containers {
-		if c.regular() && c.attempted() {
+		if c.regular() && (c.rec.Starting || c.attempted() && !c.stale()) {
 			p.initialized = true
 		}
 	}
@@ -150,20 +156,21 @@ func (p *podState) decide() {
 	if p.resetPending {
 		return // nothing restarts on its own, nothing ends: all are removed first
 	}
+	p.sandboxLost = !frozen && p.sandboxGoneForGood()
 	for _, c := range p.containers {
 		if !c.sidecar && c.exited() {
-			c.restart = !frozen && wantsRestart(p.pod, c, c.rec.Current.ExitCode)
+			c.restart = !frozen && !p.sandboxLost && (c.rerun() || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
 		}
 	}
-	p.ending = frozen || p.initFailed() || p.regularDone()
+	p.ending = frozen || p.sandboxLost || p.initFailed() || p.regularDone()
 	for _, c := range p.containers {
-		if c.sidecar && c.exited() {
+		if c.exited() && (c.sidecar || c.rerun()) {
 			c.restart = !p.ending
 		}
 	}
 	for _, c := range p.containers {
-		if !c.restart {
-			continue
+		if !c.restart || c.rerun() {
+			continue // a rerun is a first run in the new sandbox: no back-off
 		}
 		e, found := p.backOff[c.name()]
 		c.delay = min(e.Delay, p.cfg.MaxBackOff)
@@ -183,11 +190,11 @@ func (p *podState) initFailed() bool {
 }
 
 // regularDone: every regular container ran and exited for good, so sidecars
-// must not keep the pod alive (§11): they are stopped, not restarted.
+// must not keep the pod alive (§11): they are stopped, not restarted. (Before
+// initialization no regular container has an instance; after the pod's
+// sandbox died, one that succeeded stays done, as upstream, which then makes
+// no new sandbox.)
 func (p *podState) regularDone() bool {
-	if !p.initialized {
-		return false
-	}
 	for _, c := range p.containers {
 		if c.regular() && (!c.exited() || c.restart || c.busy()) {
 			return false

@@ -158,6 +158,7 @@ func fuzzPod(r *fuzzBytes) *v1.Pod {
 type fuzzStart struct {
 	attempt int32
 	stage   int
+	old     bool // the sandbox died meanwhile: the instance is in the dead one
 }
 
 // fuzzWorld is the fake worker, runtime and probe manager around Compute,
@@ -310,6 +311,8 @@ func (w *fuzzWorld) event() {
 			}
 		case 1:
 			w.agentRestart()
+		case 2:
+			w.sandboxDies()
 		}
 	case 15:
 		switch w.r.intn(16) {
@@ -373,6 +376,10 @@ func (w *fuzzWorld) step() Plan {
 			r.Stopping = true
 			w.resets[a.Container] = true
 			w.resetting = true
+		case ActionRunSandbox:
+			w.s.SandboxReady = true // made at once
+			w.logf("new sandbox")
+			continue
 		}
 		w.s.Containers[a.Container] = r
 	}
@@ -410,7 +417,7 @@ func (w *fuzzWorld) progressStart(name string, choice int) {
 			w.ids++
 			r.Previous = r.Current
 			r.Current = &Instance{ID: fmt.Sprintf("podvisor://%d", w.ids), Attempt: st.attempt, State: StateCreated,
-				CreatedAt: w.s.Now, PostStartDone: !w.hook[name]}
+				CreatedAt: w.s.Now, PostStartDone: !w.hook[name], OldSandbox: st.old}
 			r.Waiting, r.WaitingSince = nil, time.Time{}
 			delete(w.s.Probes, name) // the probe manager starts afresh for a new instance
 			w.created[name] = st.attempt
@@ -443,6 +450,30 @@ func (w *fuzzWorld) progressStart(name string, choice int) {
 		done()
 	}
 	w.s.Containers[name] = r
+}
+
+// sandboxDies: the pod's sandbox stops behind the agent's back. Its
+// instances (and those being created in it) keep running until stopped;
+// the pod runs again from its first init container in a new one.
+func (w *fuzzWorld) sandboxDies() {
+	if !w.s.SandboxReady {
+		return
+	}
+	w.s.SandboxReady = false
+	for name, r := range w.s.Containers {
+		if r.Current != nil {
+			cur := *r.Current
+			cur.OldSandbox = true
+			r.Current = &cur
+		}
+		w.s.Containers[name] = r
+	}
+	for _, st := range w.starts {
+		st.old = true
+	}
+	w.regular = false
+	w.tried = map[string]bool{}
+	w.logf("sandbox died")
 }
 
 // exit: a running (or unknown) instance ends on its own.
@@ -766,7 +797,17 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 	deadline, hasDeadline := activeDeadline(in)
 	ending := in.Termination != nil || isTerminal(prev.Phase) || (hasDeadline && !in.Now.Before(deadline))
 	w.checkResets(in, prev, p, ending)
+	staleAlive := false
+	for _, r := range in.Containers {
+		if r.Current != nil && r.Current.OldSandbox && (r.Starting || r.Stopping || r.Current.State != StateExited) {
+			staleAlive = true
+		}
+	}
 	for _, a := range p.Actions {
+		if a.Kind == ActionRunSandbox {
+			w.checkRunSandbox(in, p, staleAlive, ending)
+			continue
+		}
 		r := in.Containers[a.Container]
 		c, ok := findSpec(in.Pod, a.Container)
 		if !ok {
@@ -797,6 +838,9 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 			if w.resetting {
 				w.failf("start of %s while a restart of all containers is under way", a.Container)
 			}
+			if !in.SandboxReady || staleAlive {
+				w.failf("start of %s without a ready sandbox, or while a container of the dead one is alive", a.Container)
+			}
 			if isInit && !isSidecar(c) && w.regular {
 				w.failf("init container %s runs again after the pod was initialized, with no restart of all containers since", a.Container)
 			}
@@ -805,7 +849,8 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 			want := w.restarts[a.Container]
 			if r.Current != nil {
 				want = r.Current.Attempt + 1
-				if !fuzzMayRestart(in.Pod, c, isInit, r.Current.ExitCode) {
+				rerun := isInit && r.Current.OldSandbox // a new sandbox runs init containers again
+				if !rerun && !fuzzMayRestart(in.Pod, c, isInit, r.Current.ExitCode) {
 					w.failf("restart of %s after exit %d against its restart policy", a.Container, r.Current.ExitCode)
 				}
 			}
@@ -846,6 +891,23 @@ func (w *fuzzWorld) checkActions(in Snapshot, prev v1.PodStatus, p Plan) {
 			}
 		default:
 			w.failf("action of unknown kind %v", a.Kind)
+		}
+	}
+}
+
+// checkRunSandbox: a new sandbox is made only when the pod's is not ready,
+// nothing of the dead one is alive, the pod is not ending, and a pod that
+// never restarts had no container yet.
+func (w *fuzzWorld) checkRunSandbox(in Snapshot, p Plan, staleAlive, ending bool) {
+	w.t.Helper()
+	if in.SandboxReady || staleAlive || ending || isTerminal(p.Status.Phase) {
+		w.failf("new sandbox: ready=%v staleAlive=%v ending=%v phase=%s", in.SandboxReady, staleAlive, ending, p.Status.Phase)
+	}
+	if in.Pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+		for name, r := range in.Containers {
+			if r.Current != nil {
+				w.failf("new sandbox for a pod that never restarts, whose %s ran", name)
+			}
 		}
 	}
 }

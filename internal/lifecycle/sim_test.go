@@ -51,6 +51,9 @@ func (m *sim) step() Plan {
 			r.Current = &cur
 		case ActionReset:
 			r = ContainerRecord{}
+		case ActionRunSandbox:
+			m.s.SandboxReady = true
+			continue
 		}
 		m.s.Containers[a.Container] = r
 	}
@@ -67,6 +70,22 @@ func (m *sim) exit(name string, code int32) {
 	cur.State, cur.ExitCode, cur.FinishedAt = StateExited, code, m.s.Now
 	r.Current = &cur
 	m.s.Containers[name] = r
+}
+
+// sandboxDies: the pod's sandbox stops behind the agent's back; its
+// containers keep running until stopped.
+func (m *sim) sandboxDies() {
+	m.s.SandboxReady = false
+	for name, r := range m.s.Containers {
+		for _, in := range []**Instance{&r.Current, &r.Previous} {
+			if *in != nil {
+				c := **in
+				c.OldSandbox = true
+				*in = &c
+			}
+		}
+		m.s.Containers[name] = r
+	}
 }
 
 func (m *sim) advance(d time.Duration) { m.s.Now = m.s.Now.Add(d) }

@@ -12,6 +12,9 @@ const EventBackOff = "BackOff"
 // planRun is the plan of a pod that is not ending: kill what its liveness
 // or startup probe condemned, then start what is due.
 func (p *podState) planRun() []Action {
+	if kills, alive := p.stopOrdered((*container).stale); alive {
+		return kills // what runs in a sandbox that is gone stops first
+	}
 	var actions []Action
 	for _, c := range p.containers {
 		if c.rec.Current != nil && c.rec.Current.State == StateRunning && c.probe.Unhealthy && !c.busy() {
@@ -43,7 +46,7 @@ func (p *podState) planStarts() []Action {
 			if !c.init {
 				break
 			}
-			if c.completed() || (c.sidecar && c.started()) {
+			if c.initDone() {
 				continue
 			}
 			if !c.busy() {
@@ -77,6 +80,9 @@ func (p *podState) appendStart(actions []Action, c *container) []Action {
 	if cur == nil {
 		// After a restart of all containers, the count goes on (KEP-5532).
 		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: c.carried})
+	}
+	if c.rerun() {
+		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: cur.Attempt + 1})
 	}
 	if c.backOff {
 		return actions // WakeAt and the event come from the status pass

@@ -83,31 +83,36 @@ func effectiveTermination(s Snapshot) (t *Termination, deadlineHit bool) {
 // init container at once, then the sidecars one by one in reverse spec order,
 // each only after the one behind it has exited (§8 step 3, §11).
 func (p *podState) planStop() []Action {
-	var actions []Action
-	othersAlive := false
+	actions, _ := p.stopOrdered(func(*container) bool { return true })
+	return actions
+}
+
+// stopOrdered stops the alive containers that which selects, in planStop's
+// order; alive reports whether any of them is still alive.
+func (p *podState) stopOrdered(which func(*container) bool) (actions []Action, alive bool) {
 	for _, c := range p.containers {
-		if c.sidecar || !c.alive() {
+		if c.sidecar || !c.alive() || !which(c) {
 			continue
 		}
-		othersAlive = true
+		alive = true
 		if !c.busy() {
 			actions = append(actions, p.stop(c))
 		}
 	}
-	if othersAlive {
-		return actions
+	if alive {
+		return actions, true
 	}
 	for i := len(p.containers) - 1; i >= 0; i-- {
 		c := p.containers[i]
-		if !c.sidecar || !c.alive() {
+		if !c.sidecar || !c.alive() || !which(c) {
 			continue
 		}
 		if !c.busy() {
 			actions = append(actions, p.stop(c))
 		}
-		break
+		return actions, true
 	}
-	return actions
+	return nil, false
 }
 
 // stop is the kill of c's current instance with what is left of the grace

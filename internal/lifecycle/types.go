@@ -43,6 +43,11 @@ type Instance struct {
 	// the container has none). A running container is not reported Running
 	// until then (§3, §7).
 	PostStartDone bool
+	// OldSandbox: the instance ran in a sandbox that is not the pod's ready
+	// one any more (it died, the node rebooted, or a newer one replaced it).
+	// Such an instance is stopped, and the pod runs again in a new sandbox
+	// from its first init container (sandbox.go).
+	OldSandbox bool
 }
 
 // ContainerRecord is what is known of one container of the spec.
@@ -116,8 +121,9 @@ type Snapshot struct {
 	Pod    *v1.Pod // as in the API; Pod.Status holds what was last published
 	Now    time.Time
 	Config Config
-	// SandboxReady: the pod has a ready sandbox (its network, and the pod
-	// IP), so that containers can start; without, the plan asks for one.
+	// SandboxReady: the pod's newest sandbox is ready (its network, and the
+	// pod IP), so that containers can start; without, the plan asks for one.
+	// Instances of earlier sandboxes are marked Instance.OldSandbox.
 	SandboxReady bool
 	HostIP       string
 	PodIP        string

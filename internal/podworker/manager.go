@@ -157,6 +157,10 @@ func (m *Manager) routeEvents(ctx context.Context) {
 			if !ok {
 				return
 			}
+			if ev.Sandbox {
+				m.routeSandboxEvent(ctx, ev)
+				continue
+			}
 			st, err := m.cfg.Runtime.Status(ctx, ev.ID)
 			if err != nil {
 				continue
@@ -175,6 +179,26 @@ func (m *Manager) routeEvents(ctx context.Context) {
 				w.observe(st)
 			}
 		}
+	}
+}
+
+// routeSandboxEvent hands a sandbox's new status to its pod's worker, or
+// to the re-adopted record of a pod no worker claimed yet.
+func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) {
+	st, err := m.cfg.Runtime.SandboxStatus(ctx, ev.ID)
+	if err != nil {
+		return // removed meanwhile
+	}
+	m.mu.Lock()
+	w := m.workers[types.UID(st.PodUID)]
+	if w == nil {
+		if a := m.orphans[types.UID(st.PodUID)]; a != nil {
+			updateSandbox(a.sandboxes, st)
+		}
+	}
+	m.mu.Unlock()
+	if w != nil {
+		w.observeSandbox(st)
 	}
 }
 

@@ -40,6 +40,46 @@ func (w *worker) podIP() string {
 	return w.podIPLocked()
 }
 
+// observeSandbox records a new status of one of the pod's sandboxes: one
+// that stopped behind the agent's back makes the pod run again in a new one
+// (lifecycle/sandbox.go).
+func (w *worker) observeSandbox(st runtime.SandboxStatus) {
+	w.mu.Lock()
+	if !updateSandbox(w.sandboxes, st) {
+		w.sandboxes = append(w.sandboxes, st)
+		sortSandboxes(w.sandboxes)
+	}
+	w.mu.Unlock()
+	w.poke()
+}
+
+// updateSandbox replaces the entry of st.ID in list with st, unless that
+// would take a stopped sandbox back to ready (a stale read): a sandbox
+// never comes back. It reports whether list has st.ID.
+func updateSandbox(list []runtime.SandboxStatus, st runtime.SandboxStatus) bool {
+	for i := range list {
+		if list[i].ID == st.ID {
+			if list[i].State != runtime.SandboxNotReady {
+				list[i] = st
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// oldSandboxLocked: an instance of sandbox id ran in a sandbox that is not
+// the pod's ready one (a dead one, or one a newer sandbox replaced). An
+// instance without a sandbox (made before sandboxes existed) is not old.
+func (w *worker) oldSandboxLocked(id string) bool {
+	n := len(w.sandboxes)
+	if id == "" || n == 0 {
+		return false
+	}
+	newest := w.sandboxes[n-1]
+	return id != newest.ID || newest.State != runtime.SandboxReady
+}
+
 // sandboxIDLocked is the sandbox new containers join.
 func (w *worker) sandboxIDLocked() string {
 	if n := len(w.sandboxes); n > 0 {
@@ -68,13 +108,25 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 	}
 	w.sandboxBusy = true
 	var attempt int32
+	var earlier []string
 	if n := len(w.sandboxes); n > 0 {
 		attempt = w.sandboxes[n-1].Attempt + 1
+	}
+	for _, sb := range w.sandboxes {
+		earlier = append(earlier, sb.ID)
 	}
 	w.mu.Unlock()
 	go func() {
 		defer w.poke()
 		rt := w.m.cfg.Runtime
+		// A dead sandbox keeps its network (address, namespace) until it is
+		// stopped: release it first, as the kubelet stops the old sandbox
+		// before making the new one. Stopping a stopped sandbox is a no-op.
+		for _, old := range earlier {
+			if err := rt.StopSandbox(ctx, old); err != nil && !runtime.IsNotFound(err) {
+				w.m.cfg.Log.Warn("stopping the pod's dead sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", old, "err", err)
+			}
+		}
 		id, err := rt.RunSandbox(ctx, sandboxSpec(pod, attempt, w.podDir()))
 		var st runtime.SandboxStatus
 		if err == nil {
@@ -83,8 +135,10 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		w.mu.Lock()
 		w.sandboxBusy = false
 		if err == nil {
-			w.sandboxes = append(w.sandboxes, st)
-			sortSandboxes(w.sandboxes)
+			if !updateSandbox(w.sandboxes, st) { // an event may have told of it first
+				w.sandboxes = append(w.sandboxes, st)
+				sortSandboxes(w.sandboxes)
+			}
 		} else {
 			w.sandboxRetryAt = w.m.cfg.Clock.Now().Add(sandboxRetry)
 		}

@@ -103,6 +103,80 @@ func TestSandboxFailureIsRetried(t *testing.T) {
 	})
 }
 
+// A sandbox that dies behind the agent's back (its event comes from the
+// runtime): the containers still running in it are stopped, the dead
+// sandbox is stopped (its network released), the pod runs again in a new
+// sandbox with its init container first, and SandboxChanged says so once.
+func TestDeadSandboxIsReplaced(t *testing.T) {
+	rt := newFakeRuntime()
+	rec := record.NewFakeRecorder(100)
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses, Recorder: rec})
+	pod := testPod("web")
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Command: []string{"true"}}}
+	m.UpdatePod(pod)
+	waitFor(t, "the init container running", func() bool {
+		list, _ := rt.List(context.Background())
+		return len(list) == 1 && list[0].State == runtime.StateRunning
+	})
+	rt.exit(t, "init", 0)
+	waitStatus(t, statuses, pod.UID, "the container running", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+	sbs, _ := rt.ListSandboxes(context.Background())
+	if len(sbs) != 1 {
+		t.Fatalf("sandboxes %+v, want one", sbs)
+	}
+	old := sbs[0].ID
+	rt.mu.Lock()
+	sb := rt.sandboxes[old]
+	sb.State = runtime.SandboxNotReady // dead, not stopped: the fake counts stops
+	rt.sandboxes[old] = sb
+	rt.mu.Unlock()
+	rt.events <- runtime.Event{ID: old, PodUID: string(pod.UID), State: runtime.StateExited, Sandbox: true}
+	waitStatus(t, statuses, pod.UID, "the init container running again", func(st v1.PodStatus) bool {
+		return len(st.InitContainerStatuses) == 1 && st.InitContainerStatuses[0].State.Running != nil &&
+			st.InitContainerStatuses[0].RestartCount == 1
+	})
+	rt.exit(t, "init", 0)
+
+	st := waitStatus(t, statuses, pod.UID, "the container running again in a new sandbox", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil &&
+			st.ContainerStatuses[0].RestartCount == 1 && len(st.InitContainerStatuses) == 1 &&
+			st.InitContainerStatuses[0].RestartCount == 1
+	})
+	if c := podCondition(st, v1.PodReadyToStartContainers); c == nil || c.Status != v1.ConditionTrue {
+		t.Errorf("PodReadyToStartContainers %+v, want True in the new sandbox", c)
+	}
+	sbs, _ = rt.ListSandboxes(context.Background())
+	if len(sbs) != 2 || sbs[1].Attempt != 1 && sbs[0].Attempt != 1 {
+		t.Fatalf("sandboxes %+v, want the dead one and one of attempt 1", sbs)
+	}
+	if n := rt.sandboxStops[old]; n != 1 {
+		t.Errorf("the dead sandbox was stopped %d times, want once", n)
+	}
+	list, _ := rt.List(context.Background())
+	for _, c := range list {
+		if c.SandboxID == old && c.State != runtime.StateExited {
+			t.Errorf("container %s still %v in the dead sandbox", c.Name, c.State)
+		}
+	}
+	changed := 0
+	for done := false; !done; {
+		select {
+		case e := <-rec.Events:
+			if strings.Contains(e, "SandboxChanged Pod sandbox changed, it will be killed and re-created.") {
+				changed++
+			}
+		default:
+			done = true
+		}
+	}
+	if changed != 1 {
+		t.Errorf("%d SandboxChanged events, want 1", changed)
+	}
+}
+
 func podCondition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == t {

@@ -432,6 +432,7 @@ func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
 		ExitCode: s.ExitCode, Signal: s.Signal, Reason: s.Reason, Message: s.Message,
 		Image: s.Image, ImageID: s.ImageRef,
 		PostStartDone: !w.postStart[s.ID],
+		OldSandbox:    w.oldSandboxLocked(s.SandboxID),
 	}
 	switch s.State {
 	case runtime.StateCreated:

@@ -32,10 +32,12 @@ type fakeRuntime struct {
 	// RunSandbox calls fail first.
 	sandboxIP       string
 	sandboxFailures int
+	sandboxStops    map[string]int // StopSandbox calls by sandbox
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{byID: map[string]runtime.Status{}, sandboxes: map[string]runtime.SandboxStatus{}, events: make(chan runtime.Event, 100)}
+	return &fakeRuntime{byID: map[string]runtime.Status{}, sandboxes: map[string]runtime.SandboxStatus{},
+		sandboxStops: map[string]int{}, events: make(chan runtime.Event, 100)}
 }
 
 func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
@@ -73,6 +75,7 @@ func (f *fakeRuntime) StopSandbox(_ context.Context, id string) error {
 	}
 	sb.State = runtime.SandboxNotReady
 	f.sandboxes[id] = sb
+	f.sandboxStops[id]++
 	return nil
 }
 

@@ -147,11 +147,14 @@ type Status struct {
 }
 
 // Event says a container changed state; the agent re-reads its status.
+// With Sandbox set, it is a pod sandbox's: State is StateExited once the
+// sandbox stopped (SandboxNotReady), and the agent re-reads SandboxStatus.
 type Event struct {
-	ID     string
-	PodUID string
-	Name   string
-	State  State
+	ID      string
+	PodUID  string
+	Name    string
+	State   State
+	Sandbox bool `json:",omitempty"`
 }
 
 // Runtime runs pod sandboxes and containers. All methods are safe for
@@ -182,7 +185,8 @@ type Runtime interface {
 	// Exec runs cmd in the container's context (its env, working dir and, when
 	// available, namespaces and cgroup), killing it after timeout.
 	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
-	// Events delivers state changes (start, exit) of every instance.
+	// Events delivers state changes (start, exit) of every instance, and
+	// the stop of a sandbox the agent did not stop itself.
 	Events() <-chan Event
 	// Usage measures what a container uses now, for eviction.
 	Usage(ctx context.Context, id string) (Usage, error)

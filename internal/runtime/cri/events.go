@@ -26,6 +26,15 @@ func (r *Runtime) seed(ctx context.Context) error {
 		r.remember(c.Id, metaOf(c.GetLabels(), c.GetAnnotations(), name))
 		r.events.seed(c.Id, uid, name, containerState(c.GetState()))
 	}
+	sandboxes, err := r.rs.ListPodSandbox(quiet(ctx), nil)
+	if err != nil {
+		return classify(err, "cri runtime %s: list sandboxes", r.cfg.Endpoint)
+	}
+	for _, sb := range sandboxes {
+		if uid := sb.GetLabels()[labelPodUID]; uid != "" {
+			r.events.seedSandbox(sb.Id, uid, sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY)
+		}
+	}
 	return nil
 }
 
@@ -65,6 +74,15 @@ func (r *Runtime) relistOnce(ctx context.Context) error {
 		listed[c.Id] = true
 		if uid := c.GetLabels()[labelPodUID]; uid != "" {
 			r.events.observe(c.Id, uid, c.GetMetadata().GetName(), containerState(c.GetState()))
+		}
+	}
+	sandboxes, err := r.rs.ListPodSandbox(quiet(ctx), nil)
+	if err != nil {
+		return classify(err, "list sandboxes")
+	}
+	for _, sb := range sandboxes {
+		if uid := sb.GetLabels()[labelPodUID]; uid != "" {
+			r.events.observeSandbox(sb.Id, uid, sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY)
 		}
 	}
 	r.events.endRelist(gen)
@@ -129,11 +147,18 @@ func (r *Runtime) streamEvents() {
 	}
 }
 
-// handleEvent records one CRI container event. Sandboxes' own events and
-// containers that are not a pod's are ignored.
+// handleEvent records one CRI container event. A sandbox's own event
+// (its id is the sandbox's) is the sandbox's: only its stop matters.
+// Containers that are not a pod's are ignored.
 func (r *Runtime) handleEvent(ev *runtimeapi.ContainerEventResponse) {
 	id := ev.GetContainerId()
-	if id == "" || id == ev.GetPodSandboxStatus().GetId() {
+	if id == "" {
+		return
+	}
+	if sb := ev.GetPodSandboxStatus(); id == sb.GetId() {
+		if uid := sb.GetLabels()[labelPodUID]; uid != "" && ev.GetContainerEventType() == runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT {
+			r.events.observeSandbox(id, uid, false)
+		}
 		return
 	}
 	var state runtime.State

@@ -95,6 +95,26 @@ func (f *fakeCRI) ListContainers(context.Context, *runtimeapi.ListContainersRequ
 	return &runtimeapi.ListContainersResponse{Containers: out}, nil
 }
 
+func (f *fakeCRI) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*runtimeapi.PodSandbox
+	for _, s := range f.sandboxes {
+		out = append(out, &runtimeapi.PodSandbox{Id: s.Id, Metadata: s.Metadata, State: s.State, Labels: s.Labels, Annotations: s.Annotations})
+	}
+	return &runtimeapi.ListPodSandboxResponse{Items: out}, nil
+}
+
+// sandboxDiesInFake makes sandbox id NotReady in the fake, without any
+// event, and returns its status.
+func sandboxDiesInFake(f *fakeCRI, id string) *runtimeapi.PodSandboxStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sandboxes[id]
+	s.State = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	return s
+}
+
 func (f *fakeCRI) GetContainerEvents(_ *runtimeapi.GetEventsRequest, srv runtimeapi.RuntimeService_GetContainerEventsServer) error {
 	for {
 		select {
@@ -198,5 +218,39 @@ func TestAStreamEventReportsAnExitBeforeAnyRelist(t *testing.T) {
 	case ev := <-r.Events():
 		t.Errorf("unexpected event %+v", ev)
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// A sandbox that stops behind the agent's back is an event, from the
+// runtime's stream or, if the stream misses it, from the relist; the
+// agent's own stop is not told twice.
+func TestADeadSandboxIsAnEvent(t *testing.T) {
+	for _, stream := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			relist := time.Hour
+			if !stream {
+				relist = 100 * time.Millisecond
+			}
+			r, f := fakeRuntime(t, relist)
+			fakeContainer(t, r)
+			sb := "sandbox0" // the fake names sandboxes in order
+			st := sandboxDiesInFake(f, sb)
+			if stream {
+				f.events <- &runtimeapi.ContainerEventResponse{ContainerId: sb,
+					ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, PodSandboxStatus: st}
+			}
+			ev := waitEvent(t, r, sb, runtime.StateExited, 5*time.Second)
+			if !ev.Sandbox || ev.PodUID != "u1" {
+				t.Fatalf("event %+v, want the sandbox of pod u1", ev)
+			}
+			if stream {
+				r.relistNow() // sees it again: no second event
+			}
+			select {
+			case ev := <-r.Events():
+				t.Errorf("unexpected event %+v", ev)
+			case <-time.After(300 * time.Millisecond):
+			}
+		})
 	}
 }

@@ -78,6 +78,7 @@ func (r *Runtime) RemoveSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return classify(err, "remove sandbox %s", id)
 	}
+	r.events.forget(id)
 	r.mu.Lock()
 	delete(r.sandboxes, id)
 	for cid, m := range r.containers {

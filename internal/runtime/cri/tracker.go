@@ -31,6 +31,9 @@ type tracked struct {
 	podUID, name string
 	state        runtime.State
 	gen          uint64 // the relist generation it was last seen in (or added during)
+	// sandbox: a pod sandbox, whose state is StateRunning while ready and
+	// StateExited once stopped; only the stop is an event.
+	sandbox bool
 }
 
 func newTracker() *tracker {
@@ -58,10 +61,37 @@ func (t *tracker) seed(id, podUID, name string, s runtime.State) {
 // observe records that container id is in state s, and queues an event if
 // that is news: running or exited, later than the last state known.
 func (t *tracker) observe(id, podUID, name string, s runtime.State) {
+	t.record(id, podUID, name, s, false)
+}
+
+// observeSandbox records the state of sandbox id, and queues an event when
+// it stopped.
+func (t *tracker) observeSandbox(id, podUID string, ready bool) {
+	s := runtime.StateExited
+	if ready {
+		s = runtime.StateRunning
+	}
+	t.record(id, podUID, "", s, true)
+}
+
+// seedSandbox records a sandbox's state without making an event.
+func (t *tracker) seedSandbox(id, podUID string, ready bool) {
+	s := runtime.StateExited
+	if ready {
+		s = runtime.StateRunning
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.known[id]; !ok {
+		t.known[id] = &tracked{podUID: podUID, state: s, gen: t.gen, sandbox: true}
+	}
+}
+
+func (t *tracker) record(id, podUID, name string, s runtime.State, sandbox bool) {
 	t.mu.Lock()
 	c, ok := t.known[id]
 	if !ok {
-		c = &tracked{podUID: podUID, name: name, gen: t.gen}
+		c = &tracked{podUID: podUID, name: name, gen: t.gen, sandbox: sandbox}
 		t.known[id] = c
 	}
 	c.gen = max(c.gen, t.gen)
@@ -70,14 +100,14 @@ func (t *tracker) observe(id, podUID, name string, s runtime.State) {
 		return
 	}
 	c.state = s
-	if s != runtime.StateRunning && s != runtime.StateExited {
+	if s != runtime.StateExited && (sandbox || s != runtime.StateRunning) {
 		t.mu.Unlock()
 		return
 	}
 	if _, queued := t.pending[id]; !queued {
 		t.order = append(t.order, id)
 	}
-	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: s}
+	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: s, Sandbox: c.sandbox}
 	t.mu.Unlock()
 	select {
 	case t.kick <- struct{}{}:
