@@ -108,12 +108,8 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 	}
 	w.sandboxBusy = true
 	var attempt int32
-	var earlier []string
 	if n := len(w.sandboxes); n > 0 {
 		attempt = w.sandboxes[n-1].Attempt + 1
-	}
-	for _, sb := range w.sandboxes {
-		earlier = append(earlier, sb.ID)
 	}
 	w.mu.Unlock()
 	go func() {
@@ -121,12 +117,8 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		rt := w.m.cfg.Runtime
 		// A dead sandbox keeps its network (address, namespace) until it is
 		// stopped: release it first, as the kubelet stops the old sandbox
-		// before making the new one. Stopping a stopped sandbox is a no-op.
-		for _, old := range earlier {
-			if err := rt.StopSandbox(ctx, old); err != nil && !runtime.IsNotFound(err) {
-				w.m.cfg.Log.Warn("stopping the pod's dead sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", old, "err", err)
-			}
-		}
+		// before making the new one.
+		w.stopSandboxes(ctx, pod, "")
 		id, err := rt.RunSandbox(ctx, sandboxSpec(pod, attempt, w.podDir()))
 		var st runtime.SandboxStatus
 		if err == nil {
@@ -151,34 +143,88 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 	}()
 }
 
-// stopSandboxes stops the pod's ready sandboxes once it is done: nothing of
-// it runs any more, and its network is released.
-func (w *worker) stopSandboxes(ctx context.Context, pod *v1.Pod) {
+// stopSandboxes stops the pod's sandboxes, but keep, that this worker has
+// not stopped yet (ready ones once the pod is done, dead ones whose network
+// is still held). A stop that fails (a CNI plugin's error) is tried again
+// sandboxRetry later (stopOldSandboxes, or at done): until then the
+// sandbox's address stays taken.
+func (w *worker) stopSandboxes(ctx context.Context, pod *v1.Pod, keep string) {
 	w.mu.Lock()
 	var ids []string
-	for i, sb := range w.sandboxes {
-		if sb.State == runtime.SandboxReady {
+	for _, sb := range w.sandboxes {
+		if !w.sandboxStopped[sb.ID] && sb.ID != keep {
 			ids = append(ids, sb.ID)
-			w.sandboxes[i].State = runtime.SandboxNotReady
 		}
 	}
 	w.mu.Unlock()
+	all := true
 	for _, id := range ids {
-		if err := w.m.cfg.Runtime.StopSandbox(ctx, id); err != nil && !runtime.IsNotFound(err) {
-			w.m.cfg.Log.Warn("stopping pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
+		err := w.m.cfg.Runtime.StopSandbox(ctx, id)
+		if err != nil && !runtime.IsNotFound(err) {
+			all = false
+			w.m.cfg.Log.Warn("stopping pod sandbox, will retry", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
+			continue
 		}
+		w.mu.Lock()
+		w.sandboxStopped[id] = true
+		for i := range w.sandboxes {
+			if w.sandboxes[i].ID == id {
+				w.sandboxes[i].State = runtime.SandboxNotReady
+			}
+		}
+		w.mu.Unlock()
+	}
+	if !all {
+		w.m.cfg.Clock.AfterFunc(sandboxRetry, w.poke)
 	}
 }
 
-// removeSandboxes removes every sandbox of the pod (and what is left in them).
+// stopOldSandboxes stops, once the pod runs in a newer ready sandbox, the
+// earlier ones not stopped yet: nothing runs in them any more (a new
+// sandbox is made only after the containers of the dead one stopped), and
+// one re-adopted from an earlier agent, or whose stop failed, may still
+// hold its network.
+func (w *worker) stopOldSandboxes(ctx context.Context, pod *v1.Pod) {
+	w.mu.Lock()
+	n := len(w.sandboxes)
+	pending := false
+	for i, sb := range w.sandboxes {
+		pending = pending || (i < n-1 && !w.sandboxStopped[sb.ID])
+	}
+	ready := n > 0 && w.sandboxes[n-1].State == runtime.SandboxReady
+	var newest string
+	if n > 0 {
+		newest = w.sandboxes[n-1].ID
+	}
+	w.mu.Unlock()
+	if pending && ready {
+		w.stopSandboxes(ctx, pod, newest)
+	}
+}
+
+// removeSandboxes removes every sandbox of the pod (and what is left in
+// them). Removing stops a sandbox first; a removal that fails is tried
+// twice more, a second apart, then left to the next agent start's cleanup
+// of what no pod claims.
 func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
 	w.mu.Lock()
 	list := w.sandboxes
 	w.sandboxes = nil
 	w.mu.Unlock()
 	for _, sb := range list {
-		if err := w.m.cfg.Runtime.RemoveSandbox(ctx, sb.ID); err != nil && !runtime.IsNotFound(err) {
-			w.m.cfg.Log.Warn("removing pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", sb.ID, "err", err)
+		for try := 1; ; try++ {
+			err := w.m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
+			if err == nil || runtime.IsNotFound(err) {
+				break
+			}
+			if try == 3 || ctx.Err() != nil {
+				w.m.cfg.Log.Warn("removing pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "id", sb.ID, "err", err)
+				break
+			}
+			select {
+			case <-w.m.cfg.Clock.After(time.Second):
+			case <-ctx.Done():
+			}
 		}
 	}
 }

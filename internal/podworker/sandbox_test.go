@@ -177,6 +177,38 @@ func TestDeadSandboxIsReplaced(t *testing.T) {
 	}
 }
 
+// A sandbox whose stop fails (a CNI plugin's error) keeps its address
+// until a later stop succeeds: the worker tries again sandboxRetry later.
+func TestFailedSandboxStopIsRetried(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.stopFailures = 1
+	clk := clocktesting.NewFakeClock(time.Now())
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+		Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	m.UpdatePod(pod)
+	waitFor(t, "the container running", func() bool {
+		list, _ := rt.List(context.Background())
+		return len(list) == 1 && list[0].State == runtime.StateRunning
+	})
+	rt.exit(t, "c", 0)
+	waitStatus(t, statuses, pod.UID, "Succeeded", func(st v1.PodStatus) bool { return st.Phase == v1.PodSucceeded })
+	stopped := func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		for id, sb := range rt.sandboxes {
+			return sb.State == runtime.SandboxNotReady && rt.sandboxStops[id] == 1
+		}
+		return false
+	}
+	waitFor(t, "the failed stop tried again", func() bool {
+		clk.Step(sandboxRetry)
+		return stopped()
+	})
+}
+
 func podCondition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == t {

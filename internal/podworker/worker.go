@@ -35,6 +35,9 @@ type worker struct {
 	sandboxBusy bool                        // a RunSandbox is under way
 	// sandboxRetryAt: no RunSandbox before then (the last one failed).
 	sandboxRetryAt time.Time
+	// sandboxStopped: sandboxes this worker stopped (their network
+	// released); one that died is not stopped until the worker stops it.
+	sandboxStopped map[string]bool
 	starting       map[string]bool
 	stopping       map[string]bool
 	waiting        map[string]*v1.ContainerStateWaiting
@@ -77,7 +80,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []ru
 		postStart: map[string]bool{}, postStartCancel: map[string]context.CancelFunc{}, messages: map[string]string{},
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
 		probed: map[string]bool{}, adopted: map[string]bool{}, removed: map[string]bool{}, unstarted: map[string]string{},
-		backoff: map[string]lifecycle.BackOffEntry{},
+		backoff: map[string]lifecycle.BackOffEntry{}, sandboxStopped: map[string]bool{},
 		wake:    make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
 	}
 	for _, s := range adopted {
@@ -310,8 +313,10 @@ func (w *worker) sync(ctx context.Context) {
 		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)
 	}
 	if plan.Done {
-		w.stopSandboxes(ctx, pod)
+		w.stopSandboxes(ctx, pod, "")
 		w.markStopped()
+	} else {
+		w.stopOldSandboxes(ctx, pod)
 	}
 	if plan.Done && gone {
 		w.finish(ctx)

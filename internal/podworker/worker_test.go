@@ -33,6 +33,8 @@ type fakeRuntime struct {
 	sandboxIP       string
 	sandboxFailures int
 	sandboxStops    map[string]int // StopSandbox calls by sandbox
+	// stopFailures StopSandbox calls fail first (as a CNI DEL can).
+	stopFailures int
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -72,6 +74,10 @@ func (f *fakeRuntime) StopSandbox(_ context.Context, id string) error {
 	sb, ok := f.sandboxes[id]
 	if !ok {
 		return runtime.ErrNotFound
+	}
+	if f.stopFailures > 0 {
+		f.stopFailures--
+		return fmt.Errorf("plugin type=\"bridge\" failed (delete): failed to delete \"eth0\": no such device")
 	}
 	sb.State = runtime.SandboxNotReady
 	f.sandboxes[id] = sb
