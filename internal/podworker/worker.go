@@ -81,7 +81,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []ru
 		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
 		probed: map[string]bool{}, adopted: map[string]bool{}, removed: map[string]bool{}, unstarted: map[string]string{},
 		backoff: map[string]lifecycle.BackOffEntry{}, sandboxStopped: map[string]bool{},
-		wake:    make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
+		wake: make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
 	}
 	for _, s := range adopted {
 		w.instances[s.Name] = append(w.instances[s.Name], s)
