@@ -159,6 +159,7 @@ func New(cfg Config) (*Agent, error) {
 		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}), Status: a.status, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
+		DNS: podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
 	})
 	if err != nil {
 		return nil, err

@@ -28,6 +28,9 @@ type Config struct {
 	ShutdownGracePeriodByPodPriority []kubeletv1beta1.ShutdownGracePeriodByPodPriority
 	ClusterDomain                    string
 	ClusterDNS                       []string
+	// ResolvConf is the node's resolv.conf that pods with dnsPolicy Default
+	// (and the search domains of ClusterFirst) start from; "": none.
+	ResolvConf string
 	// Eviction: evictionHard (upstream's defaults when unset; merged with
 	// them under mergeDefaultEvictionSettings), evictionSoft and its grace
 	// periods, evictionMinimumReclaim, evictionMaxPodGracePeriod,
@@ -52,7 +55,7 @@ var implemented = map[string]bool{
 	"maxPods": true, "crashLoopBackOff": true,
 	"nodeStatusUpdateFrequency": true, "nodeStatusReportFrequency": true, "nodeLeaseDurationSeconds": true,
 	"shutdownGracePeriod": true, "shutdownGracePeriodCriticalPods": true, "shutdownGracePeriodByPodPriority": true,
-	"clusterDomain": true, "clusterDNS": true,
+	"clusterDomain": true, "clusterDNS": true, "resolvConf": true,
 	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
@@ -67,6 +70,7 @@ func Default() Config {
 		NodeStatusReportFrequency: 5 * time.Minute,
 		NodeLeaseDurationSeconds:  40,
 		ClusterDomain:             "cluster.local",
+		ResolvConf:                "/etc/resolv.conf",
 		Eviction:                  defaultEviction(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 
@@ -154,6 +158,9 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 		cfg.ClusterDomain = kc.ClusterDomain
 	}
 	cfg.ClusterDNS = kc.ClusterDNS
+	if kc.ResolverConfig != nil {
+		cfg.ResolvConf = *kc.ResolverConfig
+	}
 	if kc.LocalStorageCapacityIsolation != nil {
 		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
 	}

@@ -62,7 +62,18 @@ type Config struct {
 	Client    kubernetes.Interface // ConfigMaps, Secrets for containers' env
 	Clock     clock.WithDelayedExecution
 	Lifecycle lifecycle.Config
-	Log       *slog.Logger
+	// DNS is the node's side of pods' names and resolv.conf.
+	DNS DNSConfig
+	Log *slog.Logger
+}
+
+// DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and
+// resolvConf ("" : none, pods with dnsPolicy Default get the node's own
+// resolver, 127.0.0.1).
+type DNSConfig struct {
+	ClusterDNS    []string
+	ClusterDomain string
+	ResolvConf    string
 }
 
 // Manager owns the workers and routes runtime events to them.

@@ -4,11 +4,11 @@ import (
 	"context"
 	"maps"
 	"sort"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/podnames"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -119,7 +119,11 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		// stopped: release it first, as the kubelet stops the old sandbox
 		// before making the new one.
 		w.stopSandboxes(ctx, pod, "")
-		id, err := rt.RunSandbox(ctx, sandboxSpec(pod, attempt, w.podDir()))
+		spec, err := w.m.sandboxSpec(pod, attempt, w.podDir())
+		var id string
+		if err == nil {
+			id, err = rt.RunSandbox(ctx, spec)
+		}
 		var st runtime.SandboxStatus
 		if err == nil {
 			st, err = rt.SandboxStatus(ctx, id)
@@ -230,9 +234,10 @@ func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
 }
 
 // sandboxSpec is the sandbox a kubelet asks for: the pod's identity,
-// labels and annotations, its hostname, host network, log directory and
-// host ports.
-func sandboxSpec(pod *v1.Pod, attempt int32, logDir string) runtime.SandboxSpec {
+// labels and annotations, its hostname, DNS, host network, log directory
+// and host ports. A hostname it cannot make (an FQDN over 64 characters) or
+// a node resolv.conf it cannot read fails the sandbox, as upstream.
+func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtime.SandboxSpec, error) {
 	// The pod's identity labels a kubelet adds are the runtime's to add:
 	// the identity is in the spec's fields.
 	spec := runtime.SandboxSpec{
@@ -241,7 +246,21 @@ func sandboxSpec(pod *v1.Pod, attempt int32, logDir string) runtime.SandboxSpec 
 		Labels: maps.Clone(pod.Labels), Annotations: maps.Clone(pod.Annotations),
 	}
 	if !pod.Spec.HostNetwork {
-		spec.Hostname = podHostname(pod)
+		host, domain, err := podnames.HostnameAndDomain(pod, m.cfg.DNS.ClusterDomain)
+		if err != nil {
+			return spec, err
+		}
+		if spec.Hostname, err = podnames.KernelHostname(host, domain, pod.Spec.SetHostnameAsFQDN); err != nil {
+			return spec, err
+		}
+	}
+	if m.cfg.Runtime.Features().PodNetwork {
+		// On the process runtime every pod resolves as the node does.
+		dns, err := m.podDNS(pod)
+		if err != nil {
+			return spec, err
+		}
+		spec.DNS = dns
 	}
 	for _, c := range append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
 		for _, p := range c.Ports {
@@ -255,18 +274,5 @@ func sandboxSpec(pod *v1.Pod, attempt int32, logDir string) runtime.SandboxSpec 
 			spec.Ports = append(spec.Ports, runtime.PortMapping{Protocol: proto, ContainerPort: p.ContainerPort, HostPort: p.HostPort, HostIP: p.HostIP})
 		}
 	}
-	return spec
-}
-
-// podHostname is spec.hostname, else the pod's name, cut to 63 characters
-// without a trailing '-' or '.', as upstream.
-func podHostname(pod *v1.Pod) string {
-	h := pod.Name
-	if pod.Spec.Hostname != "" {
-		h = pod.Spec.Hostname
-	}
-	if len(h) > 63 {
-		h = strings.TrimRight(h[:63], "-.")
-	}
-	return h
+	return spec, nil
 }

@@ -2,6 +2,9 @@ package podworker
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -206,6 +210,47 @@ func TestFailedSandboxStopIsRetried(t *testing.T) {
 	waitFor(t, "the failed stop tried again", func() bool {
 		clk.Step(sandboxRetry)
 		return stopped()
+	})
+}
+
+// On a runtime with pod networks the sandbox gets the pod's DNS: without
+// clusterDNS a ClusterFirst pod falls back to the node's resolv.conf with
+// upstream's MissingClusterDNS warning; the hostname is the FQDN with
+// setHostnameAsFQDN.
+func TestSandboxGetsThePodsNamesAndDNS(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.podNetwork = true
+	rec := record.NewFakeRecorder(100)
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\nsearch corp.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Recorder: rec,
+		Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, DNS: DNSConfig{ClusterDomain: "cluster.local", ResolvConf: resolv}})
+	pod := testPod("web")
+	pod.Spec.Hostname, pod.Spec.Subdomain, pod.Spec.SetHostnameAsFQDN = "w-0", "web", ptr.To(true)
+	m.UpdatePod(pod)
+	waitFor(t, "a sandbox", func() bool {
+		sbs, _ := rt.ListSandboxes(context.Background())
+		return len(sbs) == 1
+	})
+	rt.mu.Lock()
+	spec := rt.lastSandbox
+	rt.mu.Unlock()
+	if spec.Hostname != "w-0.web.ns.svc.cluster.local" {
+		t.Errorf("hostname %q", spec.Hostname)
+	}
+	if spec.DNS == nil || fmt.Sprint(spec.DNS.Servers, spec.DNS.Searches) != "[192.0.2.53] [corp.example]" {
+		t.Errorf("DNS %+v, want the node's resolv.conf", spec.DNS)
+	}
+	want := `Warning MissingClusterDNS pod: "web_ns(uid-web)". kubelet does not have ClusterDNS IP configured and cannot create Pod using "ClusterFirst" policy. Falling back to "Default" policy.`
+	waitFor(t, "the MissingClusterDNS event", func() bool {
+		select {
+		case e := <-rec.Events:
+			return e == want
+		default:
+			return false
+		}
 	})
 }
 

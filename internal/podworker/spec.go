@@ -79,6 +79,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
+	if hosts, ok, err := w.etcHostsMount(pod, c, podIP); err != nil {
+		return runtime.ContainerSpec{}, err
+	} else if ok {
+		mounts = append(mounts, hosts)
+	}
 	dir := w.podDir()
 	if err := os.MkdirAll(filepath.Join(dir, c.Name), 0o755); err != nil {
 		return runtime.ContainerSpec{}, err

@@ -35,6 +35,8 @@ type fakeRuntime struct {
 	sandboxStops    map[string]int // StopSandbox calls by sandbox
 	// stopFailures StopSandbox calls fail first (as a CNI DEL can).
 	stopFailures int
+	podNetwork   bool // Features.PodNetwork
+	lastSandbox  runtime.SandboxSpec
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -47,7 +49,7 @@ func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
 }
 
 func (f *fakeRuntime) Features() runtime.Features {
-	return runtime.Features{Mounts: true, Limits: true, Users: true}
+	return runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: f.podNetwork}
 }
 
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
@@ -57,6 +59,7 @@ func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (stri
 		f.sandboxFailures--
 		return "", fmt.Errorf("no network: %w", runtime.ErrUnavailable)
 	}
+	f.lastSandbox = s
 	f.next++
 	id := "sandbox-" + string(rune('a'+f.next))
 	ip := f.sandboxIP
