@@ -33,6 +33,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/podsource"
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
@@ -159,7 +160,9 @@ func New(cfg Config) (*Agent, error) {
 		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}), Status: a.status, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
-		DNS: podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
+		DNS:      podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
+		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
+		Sysctls:  cfg.Kubelet.Sysctls,
 	})
 	if err != nil {
 		return nil, err

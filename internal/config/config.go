@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/internal/eviction"
+	"github.com/podvisor/podvisor/internal/podsecurity"
 )
 
 // Config is the part of KubeletConfiguration podvisor honours, with defaults applied.
@@ -31,6 +32,13 @@ type Config struct {
 	// ResolvConf is the node's resolv.conf that pods with dnsPolicy Default
 	// (and the search domains of ClusterFirst) start from; "": none.
 	ResolvConf string
+	// SeccompDefault: containers without a seccomp profile get the
+	// runtime's default one instead of none.
+	SeccompDefault bool
+	// AllowedUnsafeSysctls are admitted besides the safe sysctls (names, or
+	// prefixes ending in "*"); Sysctls is the resulting allowlist.
+	AllowedUnsafeSysctls []string
+	Sysctls              *podsecurity.Allowlist
 	// Eviction: evictionHard (upstream's defaults when unset; merged with
 	// them under mergeDefaultEvictionSettings), evictionSoft and its grace
 	// periods, evictionMinimumReclaim, evictionMaxPodGracePeriod,
@@ -55,7 +63,7 @@ var implemented = map[string]bool{
 	"maxPods": true, "crashLoopBackOff": true,
 	"nodeStatusUpdateFrequency": true, "nodeStatusReportFrequency": true, "nodeLeaseDurationSeconds": true,
 	"shutdownGracePeriod": true, "shutdownGracePeriodCriticalPods": true, "shutdownGracePeriodByPodPriority": true,
-	"clusterDomain": true, "clusterDNS": true, "resolvConf": true,
+	"clusterDomain": true, "clusterDNS": true, "resolvConf": true, "seccompDefault": true, "allowedUnsafeSysctls": true,
 	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
@@ -72,10 +80,19 @@ func Default() Config {
 		ClusterDomain:             "cluster.local",
 		ResolvConf:                "/etc/resolv.conf",
 		Eviction:                  defaultEviction(),
+		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 
 		LocalStorageCapacityIsolation: true,
 	}
+}
+
+func safeSysctls() *podsecurity.Allowlist {
+	a, err := podsecurity.NewAllowlist(nil)
+	if err != nil {
+		panic(err) // the safe list is a constant
+	}
+	return a
 }
 
 func defaultEviction() eviction.Settings {
@@ -160,6 +177,12 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 	cfg.ClusterDNS = kc.ClusterDNS
 	if kc.ResolverConfig != nil {
 		cfg.ResolvConf = *kc.ResolverConfig
+	}
+	cfg.SeccompDefault = kc.SeccompDefault != nil && *kc.SeccompDefault
+	cfg.AllowedUnsafeSysctls = kc.AllowedUnsafeSysctls
+	var err error
+	if cfg.Sysctls, err = podsecurity.NewAllowlist(kc.AllowedUnsafeSysctls); err != nil {
+		return fmt.Errorf("allowedUnsafeSysctls: %v", err)
 	}
 	if kc.LocalStorageCapacityIsolation != nil {
 		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation

@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/podvisor/podvisor/internal/podsecurity"
 )
 
 // Admission reasons of the kubelet that need nothing but the pod, the node
@@ -25,6 +27,12 @@ type admission struct {
 // affinity, node name, NoExecute taints) first, then the node shutdown
 // manager's. It returns the refusal, or nil.
 func (m *Manager) admit(pod *v1.Pod) *admission {
+	if m.cfg.Sysctls != nil {
+		// Before the node's predicates, as the kubelet's handlers are ordered.
+		if msg, ok := m.cfg.Sysctls.Admit(pod); !ok {
+			return &admission{podsecurity.ReasonSysctlForbidden, msg}
+		}
+	}
 	node := &v1.Node{}
 	if m.cfg.Node != nil {
 		n, err := m.cfg.Node()

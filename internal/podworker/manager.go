@@ -23,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -64,7 +65,11 @@ type Config struct {
 	Lifecycle lifecycle.Config
 	// DNS is the node's side of pods' names and resolv.conf.
 	DNS DNSConfig
-	Log *slog.Logger
+	// Security is the node's side of containers' securityContext; Sysctls
+	// the sysctls it admits (nil: no check).
+	Security podsecurity.Node
+	Sysctls  *podsecurity.Allowlist
+	Log      *slog.Logger
 }
 
 // DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and

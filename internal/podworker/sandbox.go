@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/podnames"
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -251,6 +252,11 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 			return spec, err
 		}
 		if spec.Hostname, err = podnames.KernelHostname(host, domain, pod.Spec.SetHostnameAsFQDN); err != nil {
+			return spec, err
+		}
+	}
+	if m.cfg.Runtime.Features().Security {
+		if err := podsecurity.Sandbox(pod, m.cfg.Security, &spec); err != nil {
 			return spec, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/podvisor/podvisor/internal/expansion"
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -103,6 +104,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	if features.Limits {
 		spec.Resources = containerResources(c)
+	}
+	if features.Security {
+		if spec.Security, err = podsecurity.Container(pod, c, w.m.cfg.Security); err != nil {
+			return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: %v", c.Name, err)}
+		}
 	}
 	return spec, nil
 }

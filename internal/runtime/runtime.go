@@ -67,6 +67,33 @@ type ContainerSpec struct {
 	Resources Resources
 	// User, when set, is who the container's processes run as; nil: the agent's user.
 	User *Credential `json:",omitempty"`
+	// Security is the container's effective securityContext (privileges,
+	// capabilities, seccomp, /proc masking); nil: the runtime's defaults.
+	// Only a runtime with Features.Security honours it.
+	Security *Security `json:",omitempty"`
+}
+
+// Security is what a container may do, as the kubelet passes it to a CRI
+// runtime (LinuxContainerSecurityContext less user and namespaces).
+type Security struct {
+	Privileged     bool
+	ReadOnlyRootfs bool
+	// NoNewPrivs: allowPrivilegeEscalation false.
+	NoNewPrivs bool
+	// CapAdd and CapDrop are capability names as the API gives them
+	// ("NET_ADMIN", "ALL").
+	CapAdd, CapDrop []string
+	Seccomp         SeccompProfile
+	// UnmaskedProc: procMount Unmasked, no /proc path masked or read-only;
+	// otherwise the kubelet's default lists (podsecurity).
+	UnmaskedProc bool
+}
+
+// SeccompProfile is a seccomp profile: Type "" (unconfined),
+// "RuntimeDefault" or "Localhost" with the profile's host Path.
+type SeccompProfile struct {
+	Type string `json:",omitempty"`
+	Path string `json:",omitempty"`
 }
 
 // Mount makes HostPath visible at ContainerPath inside the container.
@@ -106,6 +133,10 @@ type Features struct {
 	// PodNetwork: a sandbox that is not HostNetwork gets its own network
 	// namespace and IP; without, every pod is on the host's network.
 	PodNetwork bool
+	// Security: ContainerSpec.Security and the sandbox's namespaces and
+	// sysctls are honoured; without, containers run with the runtime's
+	// own (the host's) privileges.
+	Security bool
 }
 
 // Info names a runtime, for container IDs and the Node's status.

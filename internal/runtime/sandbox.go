@@ -41,6 +41,19 @@ type SandboxSpec struct {
 	Ports       []PortMapping `json:",omitempty"`
 	// CgroupParent is the pod's cgroup; empty: the runtime's default.
 	CgroupParent string `json:",omitempty"`
+	// HostPID, HostIPC: the pod shares the node's PID or IPC namespace;
+	// SharePID: its containers share one PID namespace
+	// (shareProcessNamespace).
+	HostPID  bool `json:",omitempty"`
+	HostIPC  bool `json:",omitempty"`
+	SharePID bool `json:",omitempty"`
+	// Sysctls are set in the pod's namespaces (admitted before).
+	Sysctls map[string]string `json:",omitempty"`
+	// Privileged: a container of the pod is privileged (a CRI runtime
+	// refuses one in a sandbox that is not).
+	Privileged bool `json:",omitempty"`
+	// Seccomp is the pod's own profile (the sandbox process's).
+	Seccomp SeccompProfile `json:",omitempty"`
 }
 
 // DNSConfig is the resolv.conf a sandbox gets.

@@ -25,8 +25,7 @@ func TestContainerdPodNamesAndDNS(t *testing.T) {
 	ns := p.Namespace("names")
 	show := []string{"sh", "-c", "echo HOSTNAME $(hostname); echo IP $(hostname -i); cat /etc/hosts; echo RESOLV; cat /etc/resolv.conf"}
 	newPod := func(name string, mod func(*v1.Pod)) {
-		pod := p.pod(ns, name, v1.RestartPolicyNever, v1.Container{Name: "c", Image: images.BusyboxImage,
-			ImagePullPolicy: v1.PullIfNotPresent, Command: show})
+		pod := p.imagePod(ns, name, images.BusyboxImage, v1.RestartPolicyNever, show, nil)
 		mod(pod)
 		p.create(t, pod)
 	}

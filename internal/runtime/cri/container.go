@@ -46,7 +46,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 	if err != nil {
 		return "", fmt.Errorf("create container %s: %w", spec.Name, err)
 	}
-	in := containerInput{spec: spec, sandboxLogDir: sb.spec.LogDir, hostNetwork: sb.spec.HostNetwork}
+	in := containerInput{spec: spec, sandboxLogDir: sb.spec.LogDir, sandbox: sb.spec}
 	if spec.TerminationMessagePath != "" {
 		if in.terminationFile, err = r.newTerminationFile(spec); err != nil {
 			return "", fmt.Errorf("create container %s: %w", spec.Name, err)

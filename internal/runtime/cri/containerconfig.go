@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -18,8 +19,8 @@ import (
 type containerInput struct {
 	spec            runtime.ContainerSpec
 	sandboxLogDir   string
-	hostNetwork     bool
-	terminationFile string // empty without a TerminationMessagePath
+	sandbox         runtime.SandboxSpec // its namespaces are the container's
+	terminationFile string              // empty without a TerminationMessagePath
 }
 
 // containerConfig is the ContainerConfig a kubelet would give. Command and
@@ -50,10 +51,8 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		Labels:     labels,
 		LogPath:    logPath,
 		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources: linuxResources(spec.Resources),
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				NamespaceOptions: namespaceOptions(in.hostNetwork),
-			},
+			Resources:       linuxResources(spec.Resources),
+			SecurityContext: containerSecurity(spec.Security, namespaceOptions(in.sandbox)),
 		},
 	}
 	for _, kv := range spec.Env {
@@ -99,6 +98,40 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 	}
 	cfg.Annotations = annotations
 	return cfg, nil
+}
+
+// containerSecurity is the LinuxContainerSecurityContext of s (nil: the
+// defaults: unprivileged, the kubelet's masked and read-only /proc paths).
+func containerSecurity(s *runtime.Security, ns *runtimeapi.NamespaceOption) *runtimeapi.LinuxContainerSecurityContext {
+	if s == nil {
+		s = &runtime.Security{}
+	}
+	sc := &runtimeapi.LinuxContainerSecurityContext{
+		NamespaceOptions: ns,
+		Privileged:       s.Privileged,
+		ReadonlyRootfs:   s.ReadOnlyRootfs,
+		NoNewPrivs:       s.NoNewPrivs,
+		Seccomp:          seccompProfile(s.Seccomp),
+		MaskedPaths:      []string{},
+		ReadonlyPaths:    []string{},
+	}
+	if len(s.CapAdd) > 0 || len(s.CapDrop) > 0 {
+		sc.Capabilities = &runtimeapi.Capability{AddCapabilities: s.CapAdd, DropCapabilities: s.CapDrop}
+	}
+	if !s.UnmaskedProc {
+		sc.MaskedPaths, sc.ReadonlyPaths = podsecurity.MaskedPaths(), podsecurity.ReadonlyPaths()
+	}
+	return sc
+}
+
+func seccompProfile(p runtime.SeccompProfile) *runtimeapi.SecurityProfile {
+	switch p.Type {
+	case "RuntimeDefault":
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
+	case "Localhost":
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: p.Path}
+	}
+	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
 }
 
 // relativeLogPath is logPath relative to the sandbox's log directory, as

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -28,6 +29,8 @@ func webContainer() runtime.ContainerSpec {
 		Mounts:                 []runtime.Mount{{HostPath: "/data/vol", ContainerPath: "/vol", ReadOnly: true}},
 		Resources:              runtime.Resources{MemoryLimitBytes: 64 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUShares: 512},
 		User:                   &runtime.Credential{UID: 1000, GID: 2000, Groups: []uint32{3000, 4000}},
+		Security: &runtime.Security{ReadOnlyRootfs: true, NoNewPrivs: true, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"},
+			Seccomp: runtime.SeccompProfile{Type: "Localhost", Path: "/data/agent/seccomp/audit.json"}},
 	}
 }
 
@@ -68,6 +71,12 @@ func TestContainerConfigIsTheKubeletsForTheSpec(t *testing.T) {
 				RunAsUser:          &runtimeapi.Int64Value{Value: 1000},
 				RunAsGroup:         &runtimeapi.Int64Value{Value: 2000},
 				SupplementalGroups: []int64{3000, 4000},
+				ReadonlyRootfs:     true,
+				NoNewPrivs:         true,
+				Capabilities:       &runtimeapi.Capability{AddCapabilities: []string{"NET_ADMIN"}, DropCapabilities: []string{"ALL"}},
+				Seccomp:            &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "/data/agent/seccomp/audit.json"},
+				MaskedPaths:        podsecurity.MaskedPaths(),
+				ReadonlyPaths:      podsecurity.ReadonlyPaths(),
 			},
 		},
 		StopSignal: runtimeapi.Signal_SIGUSR1,
@@ -80,7 +89,7 @@ func TestContainerConfigIsTheKubeletsForTheSpec(t *testing.T) {
 func TestContainerConfigLeavesWhatTheSpecLeavesToTheImage(t *testing.T) {
 	spec := runtime.ContainerSpec{PodUID: "u", PodNamespace: "ns", PodName: "p", Name: "c", SandboxID: "sb",
 		Image: "busybox", LogPath: "/logs/c/0.log"}
-	got, err := containerConfig(containerInput{spec: spec, sandboxLogDir: "/logs", hostNetwork: true})
+	got, err := containerConfig(containerInput{spec: spec, sandboxLogDir: "/logs", sandbox: runtime.SandboxSpec{HostNetwork: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

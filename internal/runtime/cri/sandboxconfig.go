@@ -40,8 +40,11 @@ func sandboxConfig(spec runtime.SandboxSpec) (*runtimeapi.PodSandboxConfig, erro
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: spec.CgroupParent,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-				NamespaceOptions: namespaceOptions(spec.HostNetwork),
+				NamespaceOptions: namespaceOptions(spec),
+				Privileged:       spec.Privileged,
+				Seccomp:          seccompProfile(spec.Seccomp),
 			},
+			Sysctls: maps.Clone(spec.Sysctls),
 		},
 	}
 	if !spec.HostNetwork {
@@ -61,18 +64,27 @@ func sandboxConfig(spec runtime.SandboxSpec) (*runtimeapi.PodSandboxConfig, erro
 	return cfg, nil
 }
 
-// namespaceOptions are a kubelet's for a pod without hostPID, hostIPC or
-// shareProcessNamespace: the pod's own network (unless on the host's),
-// one IPC namespace per pod, one PID namespace per container. Containers
-// get the same options as their sandbox.
-func namespaceOptions(hostNetwork bool) *runtimeapi.NamespaceOption {
+// namespaceOptions are a kubelet's: the pod's own network, IPC and UTS
+// namespaces unless it asks for the node's (hostNetwork, hostIPC), one PID
+// namespace per container unless shareProcessNamespace (one per pod) or
+// hostPID (the node's). Containers get the same options as their sandbox.
+func namespaceOptions(spec runtime.SandboxSpec) *runtimeapi.NamespaceOption {
 	ns := &runtimeapi.NamespaceOption{
 		Network: runtimeapi.NamespaceMode_POD,
 		Pid:     runtimeapi.NamespaceMode_CONTAINER,
 		Ipc:     runtimeapi.NamespaceMode_POD,
 	}
-	if hostNetwork {
+	if spec.HostNetwork {
 		ns.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if spec.HostIPC {
+		ns.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	switch {
+	case spec.HostPID:
+		ns.Pid = runtimeapi.NamespaceMode_NODE
+	case spec.SharePID:
+		ns.Pid = runtimeapi.NamespaceMode_POD
 	}
 	return ns
 }

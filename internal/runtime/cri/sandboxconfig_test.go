@@ -21,6 +21,9 @@ func podSandboxSpec() runtime.SandboxSpec {
 		DNS:          &runtime.DNSConfig{Servers: []string{"10.0.0.10"}, Searches: []string{"ns.svc.cluster.local"}, Options: []string{"ndots:5"}},
 		Ports:        []runtime.PortMapping{{Protocol: "UDP", ContainerPort: 53, HostPort: 5353, HostIP: "127.0.0.1"}, {ContainerPort: 80, HostPort: 8080}},
 		CgroupParent: "/kubepods/besteffort/poduid-1",
+		SharePID:     true, HostIPC: true, Privileged: true,
+		Sysctls: map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"},
+		Seccomp: runtime.SeccompProfile{Type: "RuntimeDefault"},
 	}
 }
 
@@ -45,8 +48,9 @@ func TestSandboxConfigIsTheKubeletsForAPodNetworkPod(t *testing.T) {
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
 			CgroupParent: "/kubepods/besteffort/poduid-1",
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{
-				Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_CONTAINER, Ipc: runtimeapi.NamespaceMode_POD,
-			}},
+				Network: runtimeapi.NamespaceMode_POD, Pid: runtimeapi.NamespaceMode_POD, Ipc: runtimeapi.NamespaceMode_NODE,
+			}, Privileged: true, Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}},
+			Sysctls: map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"},
 		},
 	}
 	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {

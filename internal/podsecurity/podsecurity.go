@@ -1,0 +1,124 @@
+// Package podsecurity is what a pod's containers may do, as the kubelet
+// computes it for a CRI runtime: a container's effective securityContext
+// (the pod's settings with the container's own overriding them), the pod's
+// namespaces and seccomp profile, and which sysctls a node admits. Pure
+// functions with table tests; the CRI runtime translates the result.
+//
+// Upstream: https://kubernetes.io/docs/tasks/configure-pod-container/security-context/
+// and https://kubernetes.io/docs/tasks/administer-cluster/sysctl-cluster/
+package podsecurity
+
+import (
+	"fmt"
+	"path/filepath"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// Node is the node's side: KubeletConfiguration seccompDefault, and where
+// Localhost seccomp profiles live (the kubelet's <root-dir>/seccomp).
+type Node struct {
+	SeccompDefault     bool
+	SeccompProfileRoot string
+}
+
+// Container is container c's effective security. Capabilities, privileged,
+// readOnlyRootFilesystem, allowPrivilegeEscalation and procMount are the
+// container's own; seccomp is the container's, else the pod's, else
+// RuntimeDefault with seccompDefault, else unconfined.
+func Container(pod *v1.Pod, c *v1.Container, node Node) (*runtime.Security, error) {
+	s := &runtime.Security{}
+	sc := c.SecurityContext
+	if sc != nil {
+		s.Privileged = sc.Privileged != nil && *sc.Privileged
+		s.ReadOnlyRootfs = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+		// Unset allowPrivilegeEscalation allows it.
+		s.NoNewPrivs = sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation
+		if caps := sc.Capabilities; caps != nil {
+			for _, a := range caps.Add {
+				s.CapAdd = append(s.CapAdd, string(a))
+			}
+			for _, d := range caps.Drop {
+				s.CapDrop = append(s.CapDrop, string(d))
+			}
+		}
+		s.UnmaskedProc = sc.ProcMount != nil && *sc.ProcMount == v1.UnmaskedProcMount
+	}
+	var profile *v1.SeccompProfile
+	if sc != nil && sc.SeccompProfile != nil {
+		profile = sc.SeccompProfile
+	} else if psc := pod.Spec.SecurityContext; psc != nil {
+		profile = psc.SeccompProfile
+	}
+	var err error
+	s.Seccomp, err = seccomp(profile, node)
+	return s, err
+}
+
+// Sandbox is the pod's own security: its namespaces, its seccomp profile
+// (the pod's, or RuntimeDefault with seccompDefault), privileged when any
+// of its containers is, and its sysctls.
+func Sandbox(pod *v1.Pod, node Node, spec *runtime.SandboxSpec) error {
+	spec.HostPID, spec.HostIPC = pod.Spec.HostPID, pod.Spec.HostIPC
+	spec.SharePID = pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace
+	var profile *v1.SeccompProfile
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		profile = psc.SeccompProfile
+		for _, s := range psc.Sysctls {
+			if spec.Sysctls == nil {
+				spec.Sysctls = map[string]string{}
+			}
+			spec.Sysctls[s.Name] = s.Value
+		}
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if sc := c.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+				spec.Privileged = true
+			}
+		}
+	}
+	for _, e := range pod.Spec.EphemeralContainers {
+		if sc := e.SecurityContext; sc != nil && sc.Privileged != nil && *sc.Privileged {
+			spec.Privileged = true
+		}
+	}
+	var err error
+	spec.Seccomp, err = seccomp(profile, node)
+	return err
+}
+
+// seccomp is the runtime's profile for the API's (nil: the node's default).
+func seccomp(p *v1.SeccompProfile, node Node) (runtime.SeccompProfile, error) {
+	if p == nil {
+		if node.SeccompDefault {
+			return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
+		}
+		return runtime.SeccompProfile{}, nil
+	}
+	switch p.Type {
+	case v1.SeccompProfileTypeRuntimeDefault:
+		return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
+	case v1.SeccompProfileTypeLocalhost:
+		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
+			return runtime.SeccompProfile{}, fmt.Errorf("localhostProfile must be set if seccompProfile type is Localhost.")
+		}
+		return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeLocalhost),
+			Path: filepath.Join(node.SeccompProfileRoot, *p.LocalhostProfile)}, nil
+	}
+	return runtime.SeccompProfile{}, nil // Unconfined
+}
+
+// MaskedPaths and ReadonlyPaths are the /proc and /sys paths the kubelet
+// hides or makes read-only in a container without procMount Unmasked.
+func MaskedPaths() []string {
+	return []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap"}
+}
+
+func ReadonlyPaths() []string {
+	return []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+}

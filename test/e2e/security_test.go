@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/test/images"
+)
+
+// What a container on containerd may do, as its securityContext says —
+// observed from inside: /proc/self/status (capabilities, no_new_privs,
+// seccomp), a read-only root, /proc masking, the PID namespace it sees,
+// the pod's sysctls; and a pod with a sysctl the node does not allow is
+// refused with upstream's reason.
+func TestContainerdSecurityContext(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t, "--config", kubeletConfig(t, "allowedUnsafeSysctls: [net.core.somaxconn]\n"))
+	p.Start()
+	ns := p.Namespace("security")
+	status := `grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status`
+	run := func(name, script string, mod func(*v1.Pod)) {
+		pod := p.imagePod(ns, name, images.BusyboxImage, v1.RestartPolicyNever, []string{"sh", "-c", script}, nil)
+		if mod != nil {
+			mod(pod)
+		}
+		p.create(t, pod)
+	}
+	sc := func(s *v1.SecurityContext) func(*v1.Pod) {
+		return func(pod *v1.Pod) { pod.Spec.Containers[0].SecurityContext = s }
+	}
+	run("defaults", status+"; wc -c < /proc/timer_list; echo root > /rootfs-test && echo wrote; cat /proc/1/cmdline | tr '\\0' ' '; echo", nil)
+	run("restricted", status+"; echo x > /rootfs-test || echo refused", sc(&v1.SecurityContext{
+		ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:   &v1.Capabilities{Drop: []v1.Capability{"ALL"}, Add: []v1.Capability{"NET_BIND_SERVICE"}},
+		SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}}))
+	run("privileged", status+"; wc -c < /proc/timer_list", sc(&v1.SecurityContext{Privileged: ptr.To(true)}))
+	run("shared-pids", "cat /proc/1/cmdline | tr '\\0' ' '; echo", func(pod *v1.Pod) { pod.Spec.ShareProcessNamespace = ptr.To(true) })
+	run("host-pids", "cat /proc/1/cmdline | tr '\\0' ' '; echo", func(pod *v1.Pod) { pod.Spec.HostPID = true })
+	run("sysctls", "cat /proc/sys/net/ipv4/ip_unprivileged_port_start /proc/sys/net/core/somaxconn", func(pod *v1.Pod) {
+		pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{
+			{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}, {Name: "net.core.somaxconn", Value: "1234"}}}
+	})
+	run("forbidden-sysctl", "true", func(pod *v1.Pod) {
+		pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.ipv4.tcp_max_syn_backlog", Value: "1"}}}
+	})
+
+	out := func(name string) string {
+		p.waitPod(t, ns, name, 90*time.Second, "succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
+		log, err := p.logs(ns, name, "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return log
+	}
+	expect := func(name, log string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(log, w) {
+				t.Errorf("%s: no %q in\n%s", name, w, log)
+			}
+		}
+	}
+	// containerd's default set: CHOWN DAC_OVERRIDE FSETID FOWNER MKNOD
+	// NET_RAW SETGID SETUID SETFCAP SETPCAP NET_BIND_SERVICE SYS_CHROOT
+	// KILL AUDIT_WRITE.
+	expect("defaults", out("defaults"), "CapEff:\t00000000a80425fb", "NoNewPrivs:\t0", "Seccomp:\t0",
+		"\n0\n", "wrote", "sh -c ")
+	expect("restricted", out("restricted"), "CapEff:\t0000000000000400", "NoNewPrivs:\t1", "Seccomp:\t2",
+		"Read-only file system", "refused")
+	// Privileged: every capability the node's bounding set has (podvisor's own).
+	self, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, bnd, _ := strings.Cut(string(self), "CapBnd:\t")
+	bnd, _, _ = strings.Cut(bnd, "\n")
+	privileged := out("privileged")
+	expect("privileged", privileged, "CapEff:\t"+bnd+"\n", "Seccomp:\t0")
+	if strings.Contains(privileged, "\n0\n") {
+		t.Errorf("privileged: /proc/timer_list is masked:\n%s", privileged)
+	}
+	expect("shared-pids", out("shared-pids"), "/pause")
+	var init []byte
+	init, err = os.ReadFile("/proc/1/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("host-pids", out("host-pids"), strings.ReplaceAll(string(init), "\x00", " "))
+	expect("sysctls", out("sysctls"), "0\n1234\n")
+
+	refused := p.waitPod(t, ns, "forbidden-sysctl", 30*time.Second, "refused", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodFailed })
+	if refused.Status.Reason != "SysctlForbidden" ||
+		!strings.Contains(refused.Status.Message, `forbidden sysctl: "net.ipv4.tcp_max_syn_backlog" not allowlisted`) {
+		t.Errorf("refused pod: reason %q message %q", refused.Status.Reason, refused.Status.Message)
+	}
+}
