@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 )
 
 func admitNode() *v1.Node {
@@ -36,6 +37,12 @@ func admitPod(opts ...admitPodOpt) *v1.Pod {
 func cpu(q string) admitPodOpt {
 	return func(p *v1.Pod) {
 		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse(q)}
+	}
+}
+
+func hostPort(port int32, ip string, proto v1.Protocol) admitPodOpt {
+	return func(p *v1.Pod) {
+		p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: 80, HostPort: port, HostIP: ip, Protocol: proto})
 	}
 }
 
@@ -137,6 +144,26 @@ func TestAdmitOnNode(t *testing.T) {
 
 		{name: "spec.nodeName of another node -> NodeName",
 			pod:    admitPod(func(p *v1.Pod) { p.Spec.NodeName = "n2" }),
+			reason: "NodeName", message: "Predicate NodeName failed: node(s) didn't match the requested node name"},
+
+		{name: "a host port another pod has -> NodePorts", pod: admitPod(hostPort(8080, "", "")), others: []*v1.Pod{admitPod(hostPort(8080, "", ""))},
+			reason: "NodePorts", message: "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"},
+		{name: "a host port on all addresses against one address -> NodePorts", pod: admitPod(hostPort(8080, "", "")),
+			others: []*v1.Pod{admitPod(hostPort(8080, "10.0.0.1", ""))},
+			reason: "NodePorts", message: "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"},
+		{name: "a sidecar's host port counts -> NodePorts", pod: admitPod(hostPort(8080, "", "")),
+			others: []*v1.Pod{admitPod(func(p *v1.Pod) {
+				p.Spec.InitContainers = []v1.Container{{Name: "s", RestartPolicy: ptr.To(v1.ContainerRestartPolicyAlways), Ports: []v1.ContainerPort{{HostPort: 8080, ContainerPort: 80}}}}
+			})},
+			reason: "NodePorts", message: "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"},
+		{name: "the same host port on another address or protocol is admitted", pod: admitPod(hostPort(8080, "10.0.0.2", "")),
+			others: []*v1.Pod{admitPod(hostPort(8080, "10.0.0.1", "")), admitPod(hostPort(8080, "", v1.ProtocolUDP))}},
+		{name: "a plain init container's host port does not count", pod: admitPod(hostPort(8080, "", "")),
+			others: []*v1.Pod{admitPod(func(p *v1.Pod) {
+				p.Spec.InitContainers = []v1.Container{{Name: "i", Ports: []v1.ContainerPort{{HostPort: 8080, ContainerPort: 80}}}}
+			})}},
+		{name: "node name comes before host ports", pod: admitPod(hostPort(8080, "", ""), func(p *v1.Pod) { p.Spec.NodeName = "n2" }),
+			others: []*v1.Pod{admitPod(hostPort(8080, "", ""))},
 			reason: "NodeName", message: "Predicate NodeName failed: node(s) didn't match the requested node name"},
 
 		{name: "untolerated NoExecute taint -> TaintToleration", pod: admitPod(), node: tainted(noExec),
