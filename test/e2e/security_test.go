@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/test/images"
@@ -97,5 +98,35 @@ func TestContainerdSecurityContext(t *testing.T) {
 	if refused.Status.Reason != "SysctlForbidden" ||
 		!strings.Contains(refused.Status.Message, `forbidden sysctl: "net.ipv4.tcp_max_syn_backlog" not allowlisted`) {
 		t.Errorf("refused pod: reason %q message %q", refused.Status.Reason, refused.Status.Message)
+	}
+}
+
+// A container over its memory limit is killed by the kernel's OOM killer
+// in its cgroup: terminated with exit code 137 and reason OOMKilled, as
+// upstream shows it; the pod's other container is untouched.
+func TestContainerdMemoryLimitOOMKilled(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	ns := p.Namespace("oom")
+	pod := p.pod(ns, "hog", v1.RestartPolicyNever,
+		v1.Container{Name: "hog", Image: images.BusyboxImage, ImagePullPolicy: v1.PullIfNotPresent,
+			// 64 MiB into a shell variable, under a 16 MiB limit.
+			Command:   []string{"sh", "-c", "x=$(head -c 67108864 /dev/zero | tr '\\0' a); echo survived ${#x}"},
+			Resources: v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("16Mi")}}},
+		v1.Container{Name: "calm", Image: images.BusyboxImage, ImagePullPolicy: v1.PullIfNotPresent,
+			Command: []string{"sh", "-c", "sleep 2; echo fine"}})
+	p.create(t, pod)
+	done := p.waitPod(t, ns, "hog", 90*time.Second, "both containers terminated", func(pod *v1.Pod) bool {
+		return terminated(pod, "hog") != nil && terminated(pod, "calm") != nil
+	})
+	if term := terminated(done, "hog"); term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Errorf("hog terminated %+v, want OOMKilled with exit code 137", term)
+	}
+	if term := terminated(done, "calm"); term.ExitCode != 0 || term.Reason != "Completed" {
+		t.Errorf("calm terminated %+v, want Completed", term)
+	}
+	if done.Status.Phase != v1.PodFailed {
+		t.Errorf("phase %s, want Failed", done.Status.Phase)
 	}
 }
