@@ -33,6 +33,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/podsource"
 	"github.com/podvisor/podvisor/internal/podworker"
@@ -65,6 +66,7 @@ type Agent struct {
 	runtime     runtime.Runtime
 	streams     runtime.Streamer
 	containerd  *containerd.Process // when podvisor runs the runtime itself
+	cgroups     *podcgroup.Manager  // pod-level cgroups; nil: none
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
@@ -163,6 +165,7 @@ func New(cfg Config) (*Agent, error) {
 		DNS:      podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
 		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
 		Sysctls:  cfg.Kubelet.Sysctls,
+		Cgroups:  a.podCgroups(),
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 
 	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/podcgroup"
+	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/cri"
 	"github.com/podvisor/podvisor/internal/runtime/process"
@@ -91,6 +93,14 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 		}
 		a.containerd = p
 		endpoint = p.Endpoint()
+		// podvisor's containerd uses cgroupfs: pods get the kubelet's
+		// hierarchy by QoS class. (A runtime of the user's own may use
+		// systemd's cgroups: left to it.)
+		if cg, err := podcgroup.New("/sys/fs/cgroup"); err != nil {
+			a.cfg.Log.Warn("no pod-level cgroups", "err", err)
+		} else {
+			a.cgroups = cg
+		}
 	}
 	r, err := cri.New(ctx, cri.Config{Endpoint: endpoint, StateDir: filepath.Join(agentDir, "cri"), HostIPs: []string{hostIP}, Log: a.cfg.Log})
 	if err != nil {
@@ -182,4 +192,13 @@ func (a *Agent) watchContainerd(ctx context.Context) {
 		a.cfg.Log.Error("containerd stopped", "err", err)
 		a.node.SetNetworkReadiness(node.Readiness{Message: fmt.Sprintf("container runtime is down: containerd: %v", err)})
 	}
+}
+
+// podCgroups is the pod cgroup manager for the pod worker (a nil interface
+// when there is none).
+func (a *Agent) podCgroups() podworker.PodCgroups {
+	if a.cgroups == nil {
+		return nil
+	}
+	return a.cgroups
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -69,7 +70,17 @@ type Config struct {
 	// the sysctls it admits (nil: no check).
 	Security podsecurity.Node
 	Sysctls  *podsecurity.Allowlist
-	Log      *slog.Logger
+	// Cgroups makes and removes pod-level cgroups; nil: the runtime's
+	// default place for containers.
+	Cgroups PodCgroups
+	Log     *slog.Logger
+}
+
+// PodCgroups makes a pod's cgroup with its limits, and removes it
+// (podcgroup.Manager).
+type PodCgroups interface {
+	Ensure(parent string, l podcgroup.Limits) error
+	Remove(parent string) error
 }
 
 // DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and
@@ -353,9 +364,23 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		for _, sb := range a.sandboxes {
 			_ = m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
 		}
+		m.removeOrphanCgroup(uid)
 	}
 	m.removeUnknownPodDirs()
 	return 0
+}
+
+// removeOrphanCgroup removes the cgroup of a pod the API no longer has,
+// whichever QoS class it was of.
+func (m *Manager) removeOrphanCgroup(uid types.UID) {
+	if m.cfg.Cgroups == nil {
+		return
+	}
+	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
+		if err := m.cfg.Cgroups.Remove(podcgroup.Parent(string(uid), qos)); err != nil {
+			m.cfg.Log.Warn("removing the cgroup of a pod the API no longer has", "podUID", uid, "err", err)
+		}
+	}
 }
 
 // removeUnknownPodDirs removes the directories of pods that have neither a

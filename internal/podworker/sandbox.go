@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podnames"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -216,6 +218,7 @@ func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
 	list := w.sandboxes
 	w.sandboxes = nil
 	w.mu.Unlock()
+	defer w.removeCgroup(pod)
 	for _, sb := range list {
 		for try := 1; ; try++ {
 			err := w.m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
@@ -260,6 +263,13 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 			return spec, err
 		}
 	}
+	if m.cfg.Cgroups != nil {
+		qos := lifecycle.QOSClass(pod)
+		spec.CgroupParent = podcgroup.Parent(string(pod.UID), qos)
+		if err := m.cfg.Cgroups.Ensure(spec.CgroupParent, podcgroup.Config(pod, qos)); err != nil {
+			return spec, err
+		}
+	}
 	if m.cfg.Runtime.Features().PodNetwork {
 		// On the process runtime every pod resolves as the node does.
 		dns, err := m.podDNS(pod)
@@ -281,4 +291,15 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 		}
 	}
 	return spec, nil
+}
+
+// removeCgroup removes the pod's cgroup once its sandboxes are gone.
+func (w *worker) removeCgroup(pod *v1.Pod) {
+	if w.m.cfg.Cgroups == nil {
+		return
+	}
+	parent := podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod))
+	if err := w.m.cfg.Cgroups.Remove(parent); err != nil {
+		w.m.cfg.Log.Warn("removing the pod's cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 }

@@ -130,3 +130,80 @@ func TestContainerdMemoryLimitOOMKilled(t *testing.T) {
 		t.Errorf("phase %s, want Failed", done.Status.Phase)
 	}
 }
+
+// Pods live in the kubelet's cgroup hierarchy by QoS class, their cgroup
+// holding the pod's summed limits; the cgroup goes with the pod.
+func TestContainerdPodCgroups(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	ns := p.Namespace("cgroups")
+	limits := v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("24Mi")}
+	sleeper := func(name string) v1.Container {
+		return v1.Container{Name: name, Image: images.BusyboxImage, ImagePullPolicy: v1.PullIfNotPresent,
+			Command: []string{"sleep", "3600"}}
+	}
+	a, b := sleeper("a"), sleeper("b")
+	a.Resources = v1.ResourceRequirements{Requests: limits, Limits: limits}
+	b.Resources = v1.ResourceRequirements{Requests: limits, Limits: limits}
+	guaranteed := p.pod(ns, "guaranteed", v1.RestartPolicyNever, a, b)
+	guaranteed.Spec.TerminationGracePeriodSeconds = new(int64)
+	besteffort := p.pod(ns, "besteffort", v1.RestartPolicyNever, sleeper("c"))
+	besteffort.Spec.TerminationGracePeriodSeconds = new(int64)
+	g := p.create(t, guaranteed)
+	be := p.create(t, besteffort)
+	p.waitRunning(t, ns, "guaranteed")
+	p.waitRunning(t, ns, "besteffort")
+
+	_, v1err := os.Stat("/sys/fs/cgroup/memory")
+	dir := func(controller, rel string) string {
+		if v1err != nil {
+			return "/sys/fs/cgroup" + rel
+		}
+		return "/sys/fs/cgroup/" + controller + rel
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	gdir, bedir := "/kubepods/pod"+string(g.UID), "/kubepods/besteffort/pod"+string(be.UID)
+	if v1err == nil {
+		if got := read(dir("memory", gdir) + "/memory.limit_in_bytes"); got != "50331648" {
+			t.Errorf("guaranteed pod's memory limit %s, want 48 MiB", got)
+		}
+		if got := read(dir("cpu", gdir) + "/cpu.cfs_quota_us"); got != "20000" {
+			t.Errorf("guaranteed pod's CPU quota %s, want 20000 (200m)", got)
+		}
+		if got := read(dir("cpu", bedir) + "/cpu.shares"); got != "2" {
+			t.Errorf("besteffort pod's CPU shares %s, want 2", got)
+		}
+	} else {
+		if got := read(dir("", gdir) + "/memory.max"); got != "50331648" {
+			t.Errorf("guaranteed pod's memory.max %s, want 48 MiB", got)
+		}
+	}
+	// Every container of the pod runs inside its cgroup.
+	entries, err := os.ReadDir(dir("memory", gdir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := 0
+	for _, e := range entries {
+		if e.IsDir() {
+			procs += len(strings.Fields(read(dir("memory", gdir) + "/" + e.Name() + "/cgroup.procs")))
+		}
+	}
+	if procs != 3 { // pause, a, b
+		t.Errorf("%d processes in the guaranteed pod's cgroups, want 3 (pause and two containers)", procs)
+	}
+
+	p.deletePod(t, ns, "guaranteed", 0)
+	p.waitGone(t, ns, "guaranteed", 60*time.Second)
+	Eventually(t, 30*time.Second, "the pod's cgroup removed", func() (bool, error) {
+		_, err := os.Stat(dir("memory", gdir))
+		return os.IsNotExist(err), err
+	})
+}

@@ -1,0 +1,124 @@
+package podcgroup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+)
+
+func ctr(req, lim string) v1.Container {
+	c := v1.Container{Name: fmt.Sprint(req, lim)}
+	parse := func(s string) v1.ResourceList {
+		l := v1.ResourceList{}
+		for _, kv := range strings.Fields(s) {
+			k, v, _ := strings.Cut(kv, "=")
+			l[v1.ResourceName(k)] = resource.MustParse(v)
+		}
+		return l
+	}
+	c.Resources.Requests, c.Resources.Limits = parse(req), parse(lim)
+	return c
+}
+
+func TestParentAndConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		init   []v1.Container
+		ctrs   []v1.Container
+		qos    v1.PodQOSClass
+		parent string
+		want   Limits
+	}{
+		{name: "BestEffort", ctrs: []v1.Container{ctr("", "")}, qos: v1.PodQOSBestEffort,
+			parent: "/kubepods/besteffort/podu1", want: Limits{CPUShares: 2}},
+		{name: "Guaranteed: the sums", ctrs: []v1.Container{ctr("cpu=500m memory=64Mi", "cpu=500m memory=64Mi"), ctr("cpu=250m memory=32Mi", "cpu=250m memory=32Mi")},
+			qos: v1.PodQOSGuaranteed, parent: "/kubepods/podu1", want: Limits{CPUShares: 768, CPUQuota: 75000, MemoryBytes: 96 << 20}},
+		{name: "Burstable, one container without limits: shares only", ctrs: []v1.Container{ctr("cpu=100m", "cpu=200m memory=64Mi"), ctr("", "")},
+			qos: v1.PodQOSBurstable, parent: "/kubepods/burstable/podu1", want: Limits{CPUShares: 102}},
+		{name: "Burstable, every container with a memory limit", ctrs: []v1.Container{ctr("memory=16Mi", "memory=64Mi"), ctr("", "memory=32Mi")},
+			qos: v1.PodQOSBurstable, parent: "/kubepods/burstable/podu1", want: Limits{CPUShares: 2, MemoryBytes: 96 << 20}},
+		{name: "an init container's larger limit counts, a tiny quota is raised", init: []v1.Container{ctr("cpu=1m memory=128Mi", "cpu=1m memory=128Mi")},
+			ctrs: []v1.Container{ctr("cpu=1m memory=64Mi", "cpu=1m memory=64Mi")},
+			qos:  v1.PodQOSGuaranteed, parent: "/kubepods/podu1", want: Limits{CPUShares: 2, CPUQuota: 1000, MemoryBytes: 128 << 20}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := &v1.Pod{Spec: v1.PodSpec{InitContainers: tc.init, Containers: tc.ctrs}}
+			if got := Parent("u1", tc.qos); got != tc.parent {
+				t.Errorf("parent %s, want %s", got, tc.parent)
+			}
+			if got := Config(pod, tc.qos); got != tc.want {
+				t.Errorf("limits %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	// A sidecar runs beside the regular containers: its limit adds up.
+	pod := &v1.Pod{Spec: v1.PodSpec{
+		InitContainers: []v1.Container{ctr("memory=32Mi", "memory=32Mi")},
+		Containers:     []v1.Container{ctr("memory=64Mi", "memory=64Mi")}}}
+	pod.Spec.InitContainers[0].RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+	if got := Config(pod, v1.PodQOSBurstable); got.MemoryBytes != 96<<20 {
+		t.Errorf("with a sidecar: memory %d, want %d", got.MemoryBytes, 96<<20)
+	}
+}
+
+// On this machine's own cgroup file system (as root): the pod's cgroup is
+// made with its limits and removed with whatever the runtime left below it.
+func TestManagerOnTheRealCgroups(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	m, err := New("/sys/fs/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	parent := Parent(fmt.Sprintf("test-%d", os.Getpid()), v1.PodQOSBurstable)
+	t.Cleanup(func() { _ = m.Remove(parent) })
+	if err := m.Ensure(parent, Limits{CPUShares: 512, CPUQuota: 50000, MemoryBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	read := func(rel string) string {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if m.v2 {
+		if got := read(parent + "/memory.max"); got != fmt.Sprint(64<<20) {
+			t.Errorf("memory.max %s", got)
+		}
+		if got := read(parent + "/cpu.max"); got != "50000 100000" {
+			t.Errorf("cpu.max %s", got)
+		}
+	} else {
+		if got := read("memory" + parent + "/memory.limit_in_bytes"); got != fmt.Sprint(64<<20) {
+			t.Errorf("memory.limit_in_bytes %s", got)
+		}
+		if got := read("cpu" + parent + "/cpu.shares"); got != "512" {
+			t.Errorf("cpu.shares %s", got)
+		}
+		if got := read("cpu" + parent + "/cpu.cfs_quota_us"); got != "50000" {
+			t.Errorf("cpu.cfs_quota_us %s", got)
+		}
+	}
+	// What a runtime makes below it (a container's cgroup) goes too.
+	child := filepath.Join("/sys/fs/cgroup", parent, "ctr")
+	if !m.v2 {
+		child = filepath.Join("/sys/fs/cgroup/memory", parent, "ctr")
+	}
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(parent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(child)); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", filepath.Dir(child), err)
+	}
+}
