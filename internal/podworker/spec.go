@@ -28,8 +28,9 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf(
 			"container %q has no command: the process runtime runs host processes and has no image to supply an entrypoint; set command", c.Name)}
 	}
-	if c.Stdin || c.TTY {
-		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: stdin and tty are not supported yet", c.Name)}
+	if (c.Stdin || c.TTY) && !features.Stdin {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf(
+			"container %q: stdin and tty need a runtime that keeps a container's stdin (the process runtime does not: use --runtime=containerd)", c.Name)}
 	}
 	user, err := containerUser(pod, c)
 	if err != nil {
@@ -101,6 +102,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		TerminationMessagePath: tmp,
 		Mounts:                 mounts,
 		User:                   user,
+		Stdin:                  c.Stdin, StdinOnce: c.StdinOnce, TTY: c.TTY,
 	}
 	if features.Limits {
 		spec.Resources = containerResources(c)

@@ -67,6 +67,12 @@ type ContainerSpec struct {
 	Resources Resources
 	// User, when set, is who the container's processes run as; nil: the agent's user.
 	User *Credential `json:",omitempty"`
+	// Stdin keeps the main process's stdin open for attach; StdinOnce
+	// closes it when the first attach session ends; TTY runs it on a
+	// pseudo-terminal. Only a runtime with Features.Stdin honours them.
+	Stdin     bool `json:",omitempty"`
+	StdinOnce bool `json:",omitempty"`
+	TTY       bool `json:",omitempty"`
 	// Security is the container's effective securityContext (privileges,
 	// capabilities, seccomp, /proc masking); nil: the runtime's defaults.
 	// Only a runtime with Features.Security honours it.
@@ -133,6 +139,8 @@ type Features struct {
 	// PodNetwork: a sandbox that is not HostNetwork gets its own network
 	// namespace and IP; without, every pod is on the host's network.
 	PodNetwork bool
+	// Stdin: ContainerSpec.Stdin, StdinOnce and TTY, and attach.
+	Stdin bool
 	// Security: ContainerSpec.Security and the sandbox's namespaces and
 	// sysctls are honoured; without, containers run with the runtime's
 	// own (the host's) privileges.

@@ -50,6 +50,9 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		WorkingDir: spec.WorkingDir,
 		Labels:     labels,
 		LogPath:    logPath,
+		Stdin:      spec.Stdin,
+		StdinOnce:  spec.StdinOnce,
+		Tty:        spec.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       linuxResources(spec.Resources),
 			SecurityContext: containerSecurity(spec.Security, namespaceOptions(in.sandbox)),

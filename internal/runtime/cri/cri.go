@@ -190,7 +190,7 @@ func (r *Runtime) Info(context.Context) (runtime.Info, error) { return r.info, n
 
 // Features: a CRI runtime runs images in containers of their own.
 func (r *Runtime) Features() runtime.Features {
-	return runtime.Features{Mounts: true, Limits: true, Users: true, Images: true, PodNetwork: true, Security: true}
+	return runtime.Features{Mounts: true, Limits: true, Users: true, Images: true, PodNetwork: true, Security: true, Stdin: true}
 }
 
 // Events delivers a StateRunning event when a container started and a
