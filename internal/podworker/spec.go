@@ -161,10 +161,12 @@ func containerUser(pod *v1.Pod, c *v1.Container) (*runtime.Credential, error) {
 			groups = append(groups, uint32(*psc.FSGroup))
 		}
 	}
-	if uid == nil && gid == nil && len(groups) == 0 {
+	strict := psc != nil && psc.SupplementalGroupsPolicy != nil && *psc.SupplementalGroupsPolicy == v1.SupplementalGroupsPolicyStrict
+	if uid == nil && gid == nil && len(groups) == 0 && !strict {
 		return nil, nil
 	}
-	cred := &runtime.Credential{Groups: groups, UIDUnset: uid == nil, GIDUnset: gid == nil}
+	cred := &runtime.Credential{Groups: groups, UIDUnset: uid == nil, GIDUnset: gid == nil,
+		StrictGroups: strict}
 	if uid != nil {
 		cred.UID = uint32(*uid)
 	}

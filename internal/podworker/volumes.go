@@ -244,12 +244,33 @@ func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1
 	}
 	dir := filepath.Join(podDir, "volumes", plugin, v.Name)
 	if v.EmptyDir != nil {
-		return dir, vm.setupEmptyDir(dir, pod, v.EmptyDir)
+		made, err := vm.setupEmptyDir(dir, pod, v.EmptyDir)
+		if err == nil && made {
+			err = applyFSGroup(dir, pod, false)
+		}
+		return dir, err
 	}
 	payload, err := vm.payload(ctx, pod, v)
 	if err != nil {
 		return "", err
 	}
-	_, err = volume.Write(dir, payload, vm.m.cfg.Clock.Now())
+	changed, err := volume.Write(dir, payload, vm.m.cfg.Clock.Now())
+	if err == nil && changed {
+		err = applyFSGroup(dir, pod, true) // new files of a new payload too
+	}
 	return dir, err
+}
+
+// applyFSGroup gives a volume the pod's fsGroup (volume.SetOwnership); a
+// pod without one leaves it as made. Volumes of objects (configMap, secret,
+// downwardAPI, projected) are read-only for the group.
+func applyFSGroup(dir string, pod *v1.Pod, readOnly bool) error {
+	psc := pod.Spec.SecurityContext
+	if psc == nil || psc.FSGroup == nil {
+		return nil
+	}
+	if err := volume.SetOwnership(dir, *psc.FSGroup, readOnly, psc.FSGroupChangePolicy); err != nil {
+		return fmt.Errorf("applying fsGroup %d: %w", *psc.FSGroup, err)
+	}
+	return nil
 }

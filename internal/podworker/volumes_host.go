@@ -19,34 +19,34 @@ import (
 // tmpfs for medium Memory when the agent is root. sizeLimit is not enforced
 // (upstream evicts the pod; podvisor has no eviction yet), except as the
 // size of a tmpfs.
-func (vm *volumeManager) setupEmptyDir(dir string, pod *v1.Pod, ed *v1.EmptyDirVolumeSource) error {
+func (vm *volumeManager) setupEmptyDir(dir string, pod *v1.Pod, ed *v1.EmptyDirVolumeSource) (made bool, err error) {
 	if _, err := os.Stat(dir); err == nil {
-		return nil
+		return false, nil
 	}
 	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return err
+		return false, err
 	}
 	if err := os.Chmod(dir, 0o777); err != nil { // as upstream: any user of the pod may write
-		return err
+		return false, err
 	}
 	switch ed.Medium {
 	case v1.StorageMediumDefault:
-		return nil
+		return true, nil
 	case v1.StorageMediumMemory:
 		if os.Geteuid() != 0 {
 			vm.m.cfg.Log.Info("emptyDir medium Memory is on disk: the agent is not root", "pod", pod.Namespace+"/"+pod.Name, "dir", dir)
-			return nil
+			return true, nil
 		}
 		opts := "mode=1777"
 		if ed.SizeLimit != nil && !ed.SizeLimit.IsZero() {
 			opts += fmt.Sprintf(",size=%d", ed.SizeLimit.Value())
 		}
 		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return fmt.Errorf("mount tmpfs: %w", err)
+			return false, fmt.Errorf("mount tmpfs: %w", err)
 		}
-		return nil
+		return true, nil
 	}
-	return fmt.Errorf("emptyDir medium %q is not supported by the process runtime", ed.Medium)
+	return false, fmt.Errorf("emptyDir medium %q is not supported by the process runtime", ed.Medium)
 }
 
 // checkHostPath applies the hostPath type, as upstream.

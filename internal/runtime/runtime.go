@@ -126,6 +126,10 @@ type Credential struct {
 	// A runtime with images then runs the image's USER (and its group); one
 	// without runs UID 0, and GID as computed (the user's group on the host).
 	UIDUnset, GIDUnset bool
+	// StrictGroups: supplementalGroupsPolicy Strict, Groups only; otherwise
+	// a runtime with images adds the groups the image's /etc/group gives
+	// the user (Merge).
+	StrictGroups bool `json:",omitempty"`
 }
 
 // Features says what a runtime can honour.

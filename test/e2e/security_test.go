@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/test/images"
@@ -206,4 +208,38 @@ func TestContainerdPodCgroups(t *testing.T) {
 		_, err := os.Stat(dir("memory", gdir))
 		return os.IsNotExist(err), err
 	})
+}
+
+// fsGroup: the pod's volumes belong to its group (setgid directories, so
+// that what the container writes does too), the group is among the
+// container's, and a configMap's files are group-readable.
+func TestContainerdFSGroup(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	ns := p.Namespace("fsgroup")
+	ctx := context.Background()
+	if _, err := p.Admin.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cfg"},
+		Data: map[string]string{"key": "value"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := p.imagePod(ns, "owner", images.BusyboxImage, v1.RestartPolicyNever, []string{"sh", "-c",
+		"id -G; stat -c 'data %g %a' /data; touch /data/new && stat -c 'new %g' /data/new; stat -L -c 'cfg %g %a' /cfg/key"}, nil)
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), FSGroup: ptr.To[int64](2000)}
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}, {Name: "cfg", MountPath: "/cfg"}}
+	p.create(t, pod)
+	p.waitPod(t, ns, "owner", 60*time.Second, "succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
+	log, err := p.logs(ns, "owner", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"2000", "data 2000 2777\n", "new 2000\n", "cfg 2000 644\n"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("no %q in\n%s", want, log)
+		}
+	}
 }

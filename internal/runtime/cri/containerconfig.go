@@ -90,6 +90,9 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		for _, g := range u.Groups {
 			sc.SupplementalGroups = append(sc.SupplementalGroups, int64(g))
 		}
+		if u.StrictGroups {
+			sc.SupplementalGroupsPolicy = runtimeapi.SupplementalGroupsPolicy_Strict
+		}
 	}
 	if spec.StopSignal != 0 {
 		sig, ok := criSignal(spec.StopSignal)
