@@ -52,6 +52,7 @@ func Container(pod *v1.Pod, c *v1.Container, node Node) (*runtime.Security, erro
 	} else if psc := pod.Spec.SecurityContext; psc != nil {
 		profile = psc.SeccompProfile
 	}
+	s.AppArmor = appArmor(pod, c)
 	var err error
 	s.Seccomp, err = seccomp(profile, node)
 	return s, err
@@ -91,24 +92,24 @@ func Sandbox(pod *v1.Pod, node Node, spec *runtime.SandboxSpec) error {
 }
 
 // seccomp is the runtime's profile for the API's (nil: the node's default).
-func seccomp(p *v1.SeccompProfile, node Node) (runtime.SeccompProfile, error) {
+func seccomp(p *v1.SeccompProfile, node Node) (runtime.SecurityProfile, error) {
 	if p == nil {
 		if node.SeccompDefault {
-			return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
+			return runtime.SecurityProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
 		}
-		return runtime.SeccompProfile{}, nil
+		return runtime.SecurityProfile{}, nil
 	}
 	switch p.Type {
 	case v1.SeccompProfileTypeRuntimeDefault:
-		return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
+		return runtime.SecurityProfile{Type: string(v1.SeccompProfileTypeRuntimeDefault)}, nil
 	case v1.SeccompProfileTypeLocalhost:
 		if p.LocalhostProfile == nil || *p.LocalhostProfile == "" {
-			return runtime.SeccompProfile{}, fmt.Errorf("localhostProfile must be set if seccompProfile type is Localhost.")
+			return runtime.SecurityProfile{}, fmt.Errorf("localhostProfile must be set if seccompProfile type is Localhost.")
 		}
-		return runtime.SeccompProfile{Type: string(v1.SeccompProfileTypeLocalhost),
+		return runtime.SecurityProfile{Type: string(v1.SeccompProfileTypeLocalhost),
 			Path: filepath.Join(node.SeccompProfileRoot, *p.LocalhostProfile)}, nil
 	}
-	return runtime.SeccompProfile{}, nil // Unconfined
+	return runtime.SecurityProfile{}, nil // Unconfined
 }
 
 // MaskedPaths and ReadonlyPaths are the /proc and /sys paths the kubelet

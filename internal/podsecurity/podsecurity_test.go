@@ -23,7 +23,7 @@ func TestContainer(t *testing.T) {
 		err  string
 	}{
 		{name: "nothing set", want: runtime.Security{}},
-		{name: "seccompDefault", node: Node{SeccompDefault: true}, want: runtime.Security{Seccomp: runtime.SeccompProfile{Type: "RuntimeDefault"}}},
+		{name: "seccompDefault", node: Node{SeccompDefault: true}, want: runtime.Security{Seccomp: runtime.SecurityProfile{Type: "RuntimeDefault"}}},
 		{name: "the container's own", c: &v1.SecurityContext{Privileged: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
 			AllowPrivilegeEscalation: ptr.To(false), ProcMount: ptr.To(v1.UnmaskedProcMount),
 			Capabilities: &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}, Drop: []v1.Capability{"ALL"}}},
@@ -31,10 +31,10 @@ func TestContainer(t *testing.T) {
 				CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"}}},
 		{name: "allowPrivilegeEscalation true", c: &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(true)}, want: runtime.Security{}},
 		{name: "the pod's seccomp", pod: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
-			want: runtime.Security{Seccomp: runtime.SeccompProfile{Type: "RuntimeDefault"}}},
+			want: runtime.Security{Seccomp: runtime.SecurityProfile{Type: "RuntimeDefault"}}},
 		{name: "the container's seccomp wins", pod: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
 			c:    &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr.To("prof/audit.json")}},
-			want: runtime.Security{Seccomp: runtime.SeccompProfile{Type: "Localhost", Path: "/data/agent/seccomp/prof/audit.json"}}},
+			want: runtime.Security{Seccomp: runtime.SecurityProfile{Type: "Localhost", Path: "/data/agent/seccomp/prof/audit.json"}}},
 		{name: "Unconfined over seccompDefault", node: Node{SeccompDefault: true},
 			c: &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeUnconfined}}, want: runtime.Security{}},
 		{name: "Localhost without a profile", c: &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost}},
@@ -105,5 +105,35 @@ func TestSysctlAdmission(t *testing.T) {
 	}
 	if _, err := NewAllowlist([]string{"vm.swappiness"}); err == nil || !strings.Contains(err.Error(), "not known to be namespaced") {
 		t.Errorf("a sysctl of no namespace allowed: %v", err)
+	}
+}
+
+func TestAppArmorAdmission(t *testing.T) {
+	withProfile := func(p *v1.AppArmorProfile) *v1.Pod {
+		return &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", SecurityContext: &v1.SecurityContext{AppArmorProfile: p}}}}}
+	}
+	runtimeDefault := withProfile(&v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault})
+	if msg, ok := AdmitAppArmor(runtimeDefault, false); ok || msg != "Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+		t.Errorf("RuntimeDefault without AppArmor: %q %v", msg, ok)
+	}
+	if _, ok := AdmitAppArmor(runtimeDefault, true); !ok {
+		t.Error("RuntimeDefault with AppArmor refused")
+	}
+	if _, ok := AdmitAppArmor(withProfile(&v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}), false); !ok {
+		t.Error("Unconfined without AppArmor refused")
+	}
+	annotated := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": "localhost/prof"}},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c"}}}}
+	if _, ok := AdmitAppArmor(annotated, false); ok {
+		t.Error("an annotated profile without AppArmor admitted")
+	}
+	if got := appArmor(annotated, &annotated.Spec.Containers[0]); got != (runtime.SecurityProfile{Type: "Localhost", Path: "prof"}) {
+		t.Errorf("annotated profile %+v", got)
+	}
+	running := withProfile(&v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault})
+	running.Status.Phase = v1.PodRunning
+	if _, ok := AdmitAppArmor(running, false); !ok {
+		t.Error("a running pod re-checked")
 	}
 }

@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"fmt"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -31,6 +32,11 @@ func (m *Manager) admit(pod *v1.Pod) *admission {
 		// Before the node's predicates, as the kubelet's handlers are ordered.
 		if msg, ok := m.cfg.Sysctls.Admit(pod); !ok {
 			return &admission{podsecurity.ReasonSysctlForbidden, msg}
+		}
+	}
+	if m.cfg.Runtime != nil && m.cfg.Runtime.Features().Security {
+		if msg, ok := podsecurity.AdmitAppArmor(pod, m.appArmor()); !ok {
+			return &admission{podsecurity.ReasonAppArmor, msg}
 		}
 	}
 	node := &v1.Node{}
@@ -127,3 +133,9 @@ func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	}
 	return sum
 }
+
+// appArmorOnce reads once whether the host enforces AppArmor (the kubelet
+// checks at start; a restart is needed to change it).
+var appArmorOnce = sync.OnceValue(podsecurity.AppArmorEnabled)
+
+func (m *Manager) appArmor() bool { return appArmorOnce() }

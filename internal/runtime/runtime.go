@@ -89,15 +89,17 @@ type Security struct {
 	// CapAdd and CapDrop are capability names as the API gives them
 	// ("NET_ADMIN", "ALL").
 	CapAdd, CapDrop []string
-	Seccomp         SeccompProfile
+	Seccomp         SecurityProfile
+	AppArmor        SecurityProfile
 	// UnmaskedProc: procMount Unmasked, no /proc path masked or read-only;
 	// otherwise the kubelet's default lists (podsecurity).
 	UnmaskedProc bool
 }
 
-// SeccompProfile is a seccomp profile: Type "" (unconfined),
-// "RuntimeDefault" or "Localhost" with the profile's host Path.
-type SeccompProfile struct {
+// SecurityProfile is a seccomp or AppArmor profile: Type "" (none set),
+// "Unconfined", "RuntimeDefault" or "Localhost" with Path (seccomp: the
+// profile's host file; AppArmor: the loaded profile's name).
+type SecurityProfile struct {
 	Type string `json:",omitempty"`
 	Path string `json:",omitempty"`
 }

@@ -53,7 +53,7 @@ type SandboxSpec struct {
 	// refuses one in a sandbox that is not).
 	Privileged bool `json:",omitempty"`
 	// Seccomp is the pod's own profile (the sandbox process's).
-	Seccomp SeccompProfile `json:",omitempty"`
+	Seccomp SecurityProfile `json:",omitempty"`
 }
 
 // DNSConfig is the resolv.conf a sandbox gets.

@@ -48,6 +48,7 @@ func TestContainerdSecurityContext(t *testing.T) {
 		pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{
 			{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}, {Name: "net.core.somaxconn", Value: "1234"}}}
 	})
+	run("apparmor", "cat /proc/self/attr/current", sc(&v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}))
 	run("forbidden-sysctl", "true", func(pod *v1.Pod) {
 		pod.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.ipv4.tcp_max_syn_backlog", Value: "1"}}}
 	})
@@ -96,6 +97,15 @@ func TestContainerdSecurityContext(t *testing.T) {
 	expect("host-pids", out("host-pids"), strings.ReplaceAll(string(init), "\x00", " "))
 	expect("sysctls", out("sysctls"), "0\n1234\n")
 
+	// AppArmor is enforced where the host has it, refused (not faked) where not.
+	if aa, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled"); strings.HasPrefix(string(aa), "Y") {
+		expect("apparmor", out("apparmor"), "cri-containerd.apparmor.d")
+	} else {
+		pod := p.waitPod(t, ns, "apparmor", 30*time.Second, "refused", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodFailed })
+		if pod.Status.Reason != "AppArmor" || pod.Status.Message != "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+			t.Errorf("apparmor pod on a host without AppArmor: reason %q, message %q", pod.Status.Reason, pod.Status.Message)
+		}
+	}
 	refused := p.waitPod(t, ns, "forbidden-sysctl", 30*time.Second, "refused", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodFailed })
 	if refused.Status.Reason != "SysctlForbidden" ||
 		!strings.Contains(refused.Status.Message, `forbidden sysctl: "net.ipv4.tcp_max_syn_backlog" not allowlisted`) {

@@ -118,6 +118,7 @@ func containerSecurity(s *runtime.Security, ns *runtimeapi.NamespaceOption) *run
 		ReadonlyRootfs:   s.ReadOnlyRootfs,
 		NoNewPrivs:       s.NoNewPrivs,
 		Seccomp:          seccompProfile(s.Seccomp),
+		Apparmor:         appArmorProfile(s.AppArmor),
 		MaskedPaths:      []string{},
 		ReadonlyPaths:    []string{},
 	}
@@ -130,7 +131,19 @@ func containerSecurity(s *runtime.Security, ns *runtimeapi.NamespaceOption) *run
 	return sc
 }
 
-func seccompProfile(p runtime.SeccompProfile) *runtimeapi.SecurityProfile {
+// appArmorProfile is nil when the pod sets none: the runtime applies its
+// default where the host has AppArmor.
+func appArmorProfile(p runtime.SecurityProfile) *runtimeapi.SecurityProfile {
+	switch p.Type {
+	case "":
+		return nil
+	case "Unconfined":
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
+	}
+	return seccompProfile(p)
+}
+
+func seccompProfile(p runtime.SecurityProfile) *runtimeapi.SecurityProfile {
 	switch p.Type {
 	case "RuntimeDefault":
 		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}

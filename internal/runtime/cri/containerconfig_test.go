@@ -30,7 +30,7 @@ func webContainer() runtime.ContainerSpec {
 		Resources:              runtime.Resources{MemoryLimitBytes: 64 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUShares: 512},
 		User:                   &runtime.Credential{UID: 1000, GID: 2000, Groups: []uint32{3000, 4000}, StrictGroups: true},
 		Security: &runtime.Security{ReadOnlyRootfs: true, NoNewPrivs: true, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"},
-			Seccomp: runtime.SeccompProfile{Type: "Localhost", Path: "/data/agent/seccomp/audit.json"}},
+			Seccomp: runtime.SecurityProfile{Type: "Localhost", Path: "/data/agent/seccomp/audit.json"}},
 	}
 }
 

@@ -23,7 +23,7 @@ func podSandboxSpec() runtime.SandboxSpec {
 		CgroupParent: "/kubepods/besteffort/poduid-1",
 		SharePID:     true, HostIPC: true, Privileged: true,
 		Sysctls: map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"},
-		Seccomp: runtime.SeccompProfile{Type: "RuntimeDefault"},
+		Seccomp: runtime.SecurityProfile{Type: "RuntimeDefault"},
 	}
 }
 
