@@ -123,3 +123,37 @@ func MaskedPaths() []string {
 func ReadonlyPaths() []string {
 	return []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 }
+
+// Unenforceable names the first securityContext setting of container c
+// (or of its pod) that a runtime without container isolation (the process
+// runtime: host processes, as root) cannot honour, because it would
+// restrict the container and silently would not; "" when there is none.
+// What such a runtime gives anyway (privileged, added capabilities, the
+// host's PID, IPC and network namespaces) is not named.
+func Unenforceable(pod *v1.Pod, c *v1.Container) string {
+	if sc := c.SecurityContext; sc != nil {
+		switch {
+		case sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem:
+			return "securityContext.readOnlyRootFilesystem"
+		case sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation:
+			return "securityContext.allowPrivilegeEscalation: false"
+		case sc.Capabilities != nil && len(sc.Capabilities.Drop) > 0:
+			return "securityContext.capabilities.drop"
+		case sc.SeccompProfile != nil && sc.SeccompProfile.Type != v1.SeccompProfileTypeUnconfined:
+			return "securityContext.seccompProfile"
+		}
+	}
+	if psc := pod.Spec.SecurityContext; psc != nil {
+		switch {
+		case psc.SeccompProfile != nil && psc.SeccompProfile.Type != v1.SeccompProfileTypeUnconfined &&
+			(c.SecurityContext == nil || c.SecurityContext.SeccompProfile == nil):
+			return "securityContext.seccompProfile (of the pod)"
+		case len(psc.Sysctls) > 0:
+			return "securityContext.sysctls (of the pod)"
+		}
+	}
+	if p := appArmorProfile(pod, c); p != nil && p.Type != v1.AppArmorProfileTypeUnconfined {
+		return "an AppArmor profile"
+	}
+	return ""
+}

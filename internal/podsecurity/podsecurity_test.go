@@ -137,3 +137,28 @@ func TestAppArmorAdmission(t *testing.T) {
 		t.Error("a running pod re-checked")
 	}
 }
+
+func TestUnenforceable(t *testing.T) {
+	for _, tc := range []struct {
+		pod  *v1.PodSecurityContext
+		c    *v1.SecurityContext
+		want string
+	}{
+		{want: ""},
+		{c: &v1.SecurityContext{Privileged: ptr.To(true), Capabilities: &v1.Capabilities{Add: []v1.Capability{"NET_ADMIN"}}}, want: ""},
+		{c: &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(true), ProcMount: ptr.To(v1.DefaultProcMount)}, want: ""},
+		{c: &v1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)}, want: "securityContext.readOnlyRootFilesystem"},
+		{c: &v1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false)}, want: "securityContext.allowPrivilegeEscalation: false"},
+		{c: &v1.SecurityContext{Capabilities: &v1.Capabilities{Drop: []v1.Capability{"ALL"}}}, want: "securityContext.capabilities.drop"},
+		{pod: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}}, want: "securityContext.seccompProfile (of the pod)"},
+		{pod: &v1.PodSecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeRuntimeDefault}},
+			c: &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeUnconfined}}, want: ""},
+		{pod: &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "net.ipv4.tcp_syncookies", Value: "1"}}}, want: "securityContext.sysctls (of the pod)"},
+		{pod: &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}, want: "an AppArmor profile"},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{SecurityContext: tc.pod, Containers: []v1.Container{{Name: "c", SecurityContext: tc.c}}}}
+		if got := Unenforceable(pod, &pod.Spec.Containers[0]); got != tc.want {
+			t.Errorf("pod %+v container %+v: %q, want %q", tc.pod, tc.c, got, tc.want)
+		}
+	}
+}

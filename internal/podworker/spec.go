@@ -32,6 +32,12 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, configError{fmt.Sprintf(
 			"container %q: stdin and tty need a runtime that keeps a container's stdin (the process runtime does not: use --runtime=containerd)", c.Name)}
 	}
+	if !features.Security {
+		if what := podsecurity.Unenforceable(pod, c); what != "" {
+			return runtime.ContainerSpec{}, configError{fmt.Sprintf(
+				"container %q: %s cannot be honoured by the process runtime, whose containers are host processes (use --runtime=containerd)", c.Name, what)}
+		}
+	}
 	user, err := containerUser(pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err

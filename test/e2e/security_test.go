@@ -253,3 +253,66 @@ func TestContainerdFSGroup(t *testing.T) {
 		}
 	}
 }
+
+// The process runtime cannot restrict a host process as a container's
+// securityContext asks: it refuses such a container with a reason instead
+// of running it with less isolation than asked.
+func TestProcessRuntimeRefusesWhatItCannotEnforce(t *testing.T) {
+	t.Parallel()
+	p := NewPodvisor(t)
+	p.Runtime = "process"
+	p.Start()
+	ns := p.Namespace("unenforceable")
+	pod := p.pod(ns, "ro", v1.RestartPolicyNever, sh("c", "echo should not run"))
+	pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)}
+	p.create(t, pod)
+	got := p.waitPod(t, ns, "ro", 30*time.Second, "refused", func(pod *v1.Pod) bool {
+		return len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].State.Waiting != nil &&
+			pod.Status.ContainerStatuses[0].State.Waiting.Reason == "CreateContainerConfigError"
+	})
+	want := `container "c": securityContext.readOnlyRootFilesystem cannot be honoured by the process runtime, whose containers are host processes (use --runtime=containerd)`
+	if msg := got.Status.ContainerStatuses[0].State.Waiting.Message; msg != want {
+		t.Errorf("waiting message %q, want %q", msg, want)
+	}
+}
+
+// On containerd: id prints the user, its group and every supplementary
+// group; a container's PID 1 that has no SIGTERM handler ignores SIGTERM
+// (its own PID namespace) and is killed when the grace period ends: 137.
+func TestContainerdIdentityAndPID1(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	ns := p.Namespace("identity")
+	id := p.imagePod(ns, "id", images.BusyboxImage, v1.RestartPolicyNever, []string{"sh", "-c", "echo uid=$(id -u) gid=$(id -g) groups=$(id -G)"}, nil)
+	id.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1234), RunAsGroup: ptr.To[int64](5678),
+		SupplementalGroups: []int64{4000, 4001}, FSGroup: ptr.To[int64](4002)}
+	p.create(t, id)
+	pid1 := p.imagePod(ns, "pid1", images.BusyboxImage, v1.RestartPolicyNever, []string{"sleep", "3600"}, nil)
+	pid1.Spec.TerminationGracePeriodSeconds = ptr.To[int64](3)
+	p.create(t, pid1)
+
+	p.waitPod(t, ns, "id", 60*time.Second, "succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
+	log, err := p.logs(ns, "id", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "uid=1234 gid=5678 groups=5678 4000 4001 4002") {
+		t.Errorf("id: %q, want uid=1234 gid=5678 and groups 5678 4000 4001 4002", log)
+	}
+
+	p.waitRunning(t, ns, "pid1")
+	final, stop := p.watchFinal(t, ns, "pid1", 60*time.Second)
+	defer stop()
+	deleted := time.Now()
+	p.deletePod(t, ns, "pid1", 3)
+	last := final()
+	term := terminated(last, "c")
+	if term == nil || term.ExitCode != 137 {
+		t.Fatalf("pid1 terminated %+v, want killed (137) after ignoring SIGTERM", term)
+	}
+	// Killed at the end of the grace period, not at SIGTERM (whole seconds in the API).
+	if d := term.FinishedAt.Sub(deleted.Truncate(time.Second)); d < 2*time.Second {
+		t.Errorf("pid1 finished %v after the delete, want about the 3 s grace", d)
+	}
+}
