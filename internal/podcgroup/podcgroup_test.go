@@ -122,3 +122,34 @@ func TestManagerOnTheRealCgroups(t *testing.T) {
 		t.Errorf("%s still there: %v", filepath.Dir(child), err)
 	}
 }
+
+// cgroup v2 (this machine runs v1): on a file tree shaped as a v2 mount,
+// each level enables the controllers for the next, and the pod's cgroup
+// gets cpu.weight, cpu.max and memory.max.
+func TestManagerV2Layout(t *testing.T) {
+	mount := t.TempDir()
+	if err := os.WriteFile(filepath.Join(mount, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := New(mount)
+	if err != nil || !m.v2 {
+		t.Fatalf("New: %v (v2 %v)", err, m != nil && m.v2)
+	}
+	parent := Parent("u1", v1.PodQOSBurstable)
+	if err := m.Ensure(parent, Limits{CPUShares: 1024, CPUQuota: 50000, MemoryBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		"cgroup.subtree_control":                    "+cpu +memory +pids",
+		"kubepods/cgroup.subtree_control":           "+cpu +memory +pids",
+		"kubepods/burstable/cgroup.subtree_control": "+cpu +memory +pids",
+		"kubepods/burstable/podu1/cpu.weight":       "39",
+		"kubepods/burstable/podu1/cpu.max":          "50000 100000",
+		"kubepods/burstable/podu1/memory.max":       fmt.Sprint(1 << 30),
+	} {
+		b, err := os.ReadFile(filepath.Join(mount, file))
+		if err != nil || string(b) != want {
+			t.Errorf("%s = %q (%v), want %q", file, b, err, want)
+		}
+	}
+}
