@@ -71,10 +71,16 @@ func Compute(s Snapshot) Plan {
 	p.term, p.deadlineHit = effectiveTermination(s)
 	p.decide()
 
-	var init, regular []v1.ContainerStatus
+	var init, regular, ephemeral []v1.ContainerStatus
 	ref := podRef(p.pod)
 	for _, c := range p.containers {
 		st := containerStatus(p.pod, c, ref)
+		switch {
+		case c.ephemeral:
+			st.Ready = false // never ready: no probes, not a part of the pod's readiness
+			ephemeral = append(ephemeral, st)
+			continue
+		}
 		p.carryOver(&st, c)
 		if c.init {
 			init = append(init, st)
@@ -112,6 +118,7 @@ func Compute(s Snapshot) Plan {
 	}
 
 	status := p.podStatus(phase, init, regular, done)
+	status.EphemeralContainerStatuses = ephemeral
 	if p.deadlineHit && p.pod.Status.Reason != ReasonDeadlineExceeded {
 		events = append(events, Event{Type: v1.EventTypeNormal, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded})
 	}
@@ -158,7 +165,7 @@ func (p *podState) decide() {
 	}
 	p.sandboxLost = !frozen && p.sandboxGoneForGood()
 	for _, c := range p.containers {
-		if !c.sidecar && c.exited() {
+		if !c.sidecar && !c.ephemeral && c.exited() {
 			c.restart = !frozen && !p.sandboxLost && (c.rerun() || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
 		}
 	}

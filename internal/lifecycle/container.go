@@ -12,6 +12,10 @@ type container struct {
 	spec    *v1.Container
 	init    bool // an init container (sidecars included)
 	sidecar bool // an init container with restartPolicy Always (§11)
+	// ephemeral: an ephemeral container (kubectl debug): started once in
+	// the running pod, never restarted, no part of the pod's phase or
+	// readiness (ephemeral.go).
+	ephemeral bool
 	rec     ContainerRecord
 	probe   ProbeState
 
@@ -46,6 +50,10 @@ func containersOf(s Snapshot) []*container {
 	for i := range spec.Containers {
 		add(&spec.Containers[i], false)
 	}
+	for i := range spec.EphemeralContainers {
+		add((*v1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), false)
+		out[len(out)-1].ephemeral = true
+	}
 	return out
 }
 
@@ -56,7 +64,7 @@ func isSidecar(c *v1.Container) bool {
 func (c *container) name() string { return c.spec.Name }
 
 // regular is a container of spec.containers.
-func (c *container) regular() bool { return !c.init }
+func (c *container) regular() bool { return !c.init && !c.ephemeral }
 
 // regularInit is an init container that must run to completion.
 func (c *container) regularInit() bool { return c.init && !c.sidecar }

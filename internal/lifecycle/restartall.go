@@ -71,7 +71,9 @@ func (p *podState) decideRestartAll(frozen bool) {
 // that failed before any instance existed (rec.Waiting) counts: left in
 // place, it would mark the restarted pod as initialized (a regular
 // container tried), and the init containers would not run again.
-func (c *container) resettable() bool { return c.rec.Current != nil || c.rec.Waiting != nil }
+func (c *container) resettable() bool {
+	return !c.ephemeral && (c.rec.Current != nil || c.rec.Waiting != nil)
+}
 
 // planReset stops and removes every container, in upstream's order: the
 // others first (regular before init), the ones whose exit triggered the

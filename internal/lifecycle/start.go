@@ -38,7 +38,14 @@ func (p *podState) planRun() []Action {
 
 // planStarts is the starts due now.
 func (p *podState) planStarts() []Action {
+	// Ephemeral containers start in the running sandbox whether or not
+	// initialization is over, as upstream; once only.
 	var actions []Action
+	for _, c := range p.containers {
+		if c.ephemeral && !c.busy() {
+			actions = p.appendStart(actions, c)
+		}
+	}
 	if !p.initialized {
 		// Init containers one at a time in spec order (§11): a regular one
 		// must complete, a sidecar must be started, before the next begins.

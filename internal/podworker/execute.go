@@ -26,6 +26,8 @@ type configError struct{ msg string }
 
 func (e configError) Error() string { return e.msg }
 
+// findContainer is the spec of the pod's container name: an init, regular
+// or ephemeral one (whose fields are a container's).
 func findContainer(pod *v1.Pod, name string) (*v1.Container, bool) {
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == name {
@@ -37,7 +39,32 @@ func findContainer(pod *v1.Pod, name string) (*v1.Container, bool) {
 			return &pod.Spec.Containers[i], true
 		}
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		if e := &pod.Spec.EphemeralContainers[i]; e.Name == name {
+			return (*v1.Container)(&e.EphemeralContainerCommon), true
+		}
+	}
 	return nil, false
+}
+
+// allContainers are the pod's init, regular and ephemeral containers.
+func allContainers(pod *v1.Pod) []v1.Container {
+	all := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, e := range pod.Spec.EphemeralContainers {
+		all = append(all, v1.Container(e.EphemeralContainerCommon))
+	}
+	return all
+}
+
+// ephemeralTarget is the container whose PID namespace ephemeral container
+// name joins (targetContainerName); "" for any other container.
+func ephemeralTarget(pod *v1.Pod, name string) string {
+	for _, e := range pod.Spec.EphemeralContainers {
+		if e.Name == name {
+			return e.TargetContainerName
+		}
+	}
+	return ""
 }
 
 func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {

@@ -165,8 +165,7 @@ func usesObject(pod *v1.Pod, key objectKey) bool {
 
 // visitObjects calls fn for every ConfigMap and Secret the pod refers to.
 func visitObjects(pod *v1.Pod, fn func(objectKind, string)) {
-	all := append(append([]v1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range all {
+	for _, c := range allContainers(pod) {
 		for _, e := range c.EnvFrom {
 			if e.ConfigMapRef != nil {
 				fn(kindConfigMap, e.ConfigMapRef.Name)

@@ -61,7 +61,16 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	var budget expansion.Budget // env and command together
 	w.mu.Lock()
 	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
+	var target string
+	if name := ephemeralTarget(pod, c.Name); name != "" {
+		if list := w.instances[name]; len(list) > 0 && list[len(list)-1].State == runtime.StateRunning {
+			target = list[len(list)-1].ID
+		}
+	}
 	w.mu.Unlock()
+	if name := ephemeralTarget(pod, c.Name); name != "" && target == "" {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: its target container %q is not running", c.Name, name)}
+	}
 	env, err := w.m.containerEnv(ctx, pod, c, podIP, &budget)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -101,7 +110,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		tmp = v1.TerminationMessagePathDefault
 	}
 	spec := runtime.ContainerSpec{
-		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox,
+		PodUID: string(pod.UID), PodNamespace: pod.Namespace, PodName: pod.Name, SandboxID: sandbox, TargetID: target,
 		Name: c.Name, Attempt: attempt, Image: image.ID, Command: cmd, Args: args, Env: env,
 		StopSignal: stopSignal(c),
 		WorkingDir: c.WorkingDir, LogPath: w.logPath(c.Name, attempt),

@@ -376,8 +376,7 @@ var syncHook func(*worker)
 
 func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 	containers := map[string]lifecycle.ContainerRecord{}
-	all := append(append([]v1.Container{}, w.pod.Spec.InitContainers...), w.pod.Spec.Containers...)
-	for _, c := range all {
+	for _, c := range allContainers(w.pod) {
 		rec := lifecycle.ContainerRecord{
 			Waiting:      w.waiting[c.Name],
 			WaitingSince: w.waitingSince[c.Name],

@@ -42,6 +42,9 @@ type ContainerSpec struct {
 	Attempt      int32  // restart count this instance is created with
 	// SandboxID is the pod sandbox the container joins (RunSandbox).
 	SandboxID string `json:",omitempty"`
+	// TargetID, for an ephemeral container with targetContainerName, is
+	// the running instance whose PID namespace it joins.
+	TargetID string `json:",omitempty"`
 	// Image is the image reference to run; empty for a runtime without
 	// images (Features.Images false).
 	Image string `json:",omitempty"`

@@ -55,7 +55,7 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		Tty:        spec.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       linuxResources(spec.Resources),
-			SecurityContext: containerSecurity(spec.Security, namespaceOptions(in.sandbox)),
+			SecurityContext: containerSecurity(spec.Security, containerNamespaces(in.sandbox, spec.TargetID)),
 		},
 	}
 	for _, kv := range spec.Env {
@@ -104,6 +104,16 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 	}
 	cfg.Annotations = annotations
 	return cfg, nil
+}
+
+// containerNamespaces are the sandbox's, but an ephemeral container with a
+// target joins that container's PID namespace.
+func containerNamespaces(sb runtime.SandboxSpec, target string) *runtimeapi.NamespaceOption {
+	ns := namespaceOptions(sb)
+	if target != "" && ns.Pid == runtimeapi.NamespaceMode_CONTAINER {
+		ns.Pid, ns.TargetId = runtimeapi.NamespaceMode_TARGET, target
+	}
+	return ns
 }
 
 // containerSecurity is the LinuxContainerSecurityContext of s (nil: the
