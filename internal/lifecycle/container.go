@@ -16,8 +16,8 @@ type container struct {
 	// the running pod, never restarted, no part of the pod's phase or
 	// readiness (ephemeral.go).
 	ephemeral bool
-	rec     ContainerRecord
-	probe   ProbeState
+	rec       ContainerRecord
+	probe     ProbeState
 
 	// restart: Current exited and will be started again (§4).
 	restart bool
