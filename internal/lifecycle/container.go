@@ -14,7 +14,7 @@ type container struct {
 	sidecar bool // an init container with restartPolicy Always (§11)
 	// ephemeral: an ephemeral container (kubectl debug): started once in
 	// the running pod, never restarted, no part of the pod's phase or
-	// readiness (ephemeral.go).
+	// readiness (planStarts, Compute).
 	ephemeral bool
 	rec       ContainerRecord
 	probe     ProbeState
