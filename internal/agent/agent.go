@@ -190,7 +190,7 @@ func New(cfg Config) (*Agent, error) {
 		Settings: cfg.Kubelet.Eviction, Period: cfg.Kubelet.EvictionMonitoringPeriod,
 		LocalStorage: cfg.Kubelet.LocalStorageCapacityIsolation,
 		Observe:      eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}.Observe,
-		Stats:        eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir}.Stats,
+		Stats:        eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}.Stats,
 		ActivePods:   a.workers.ActivePods,
 		Evict: func(uid types.UID, e eviction.Eviction) <-chan struct{} {
 			return a.workers.TerminatePod(uid, podworker.Termination{Grace: e.Grace, Reason: eviction.Reason, Message: e.Message, Condition: e.Condition})

@@ -8,7 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podworker"
@@ -201,4 +204,16 @@ func (a *Agent) podCgroups() podworker.PodCgroups {
 		return nil
 	}
 	return a.cgroups
+}
+
+// podProcesses counts a pod's processes in its pod-level cgroup (for PID
+// pressure eviction on a CRI runtime); nil without pod cgroups.
+func (a *Agent) podProcesses() func(*v1.Pod) (int64, bool) {
+	if a.cgroups == nil {
+		return nil
+	}
+	return func(pod *v1.Pod) (int64, bool) {
+		n, err := a.cgroups.Processes(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
+		return n, err == nil
+	}
 }

@@ -134,6 +134,10 @@ func readInt(path string) (int64, bool) {
 type PodMeter struct {
 	Runtime runtime.Runtime
 	PodDir  func(*v1.Pod) string
+	// PodProcesses, when set, counts a pod's processes from its pod-level
+	// cgroup (a CRI runtime counts none per container); false: unknown,
+	// the containers' counts are used.
+	PodProcesses func(*v1.Pod) (int64, bool)
 }
 
 // Stats measures pods: per container (its latest instance) the memory
@@ -178,6 +182,11 @@ func (pm PodMeter) Stats(ctx context.Context, pods []*v1.Pod) StatsFunc {
 			}
 			du := diskusage.Of(filepath.Join(dir, "volumes", "kubernetes.io~empty-dir", v.Name))
 			ps.Volumes = append(ps.Volumes, VolumeStats{Name: v.Name, Bytes: du.Bytes, Inodes: du.Inodes})
+		}
+		if pm.PodProcesses != nil {
+			if n, ok := pm.PodProcesses(pod); ok {
+				ps.Processes = n
+			}
 		}
 		out[pod.UID] = ps
 	}

@@ -151,6 +151,20 @@ func removeTree(dir string) error {
 	return nil
 }
 
+// Processes is the number of tasks in the pod's cgroup (pids.current):
+// what a runtime without a per-container count (CRI) cannot say.
+func (m *Manager) Processes(parent string) (int64, error) {
+	dir := filepath.Join(m.mount, parent)
+	if !m.v2 {
+		dir = filepath.Join(m.mount, "pids", parent)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pids.current"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
 func (m *Manager) write(dir, file, value string) error {
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644); err != nil {
 		return fmt.Errorf("pod cgroup: write %s to %s: %w", value, filepath.Join(dir, file), err)

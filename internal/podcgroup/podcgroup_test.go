@@ -3,6 +3,7 @@ package podcgroup
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,14 +108,30 @@ func TestManagerOnTheRealCgroups(t *testing.T) {
 			t.Errorf("cpu.cfs_quota_us %s", got)
 		}
 	}
-	// What a runtime makes below it (a container's cgroup) goes too.
+	// What a runtime makes below it (a container's cgroup) is counted and
+	// goes too.
 	child := filepath.Join("/sys/fs/cgroup", parent, "ctr")
 	if !m.v2 {
-		child = filepath.Join("/sys/fs/cgroup/memory", parent, "ctr")
+		child = filepath.Join("/sys/fs/cgroup/pids", parent, "ctr")
 	}
 	if err := os.Mkdir(child, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if n, err := m.Processes(parent); err != nil || n != 0 {
+		t.Fatalf("processes of an empty pod cgroup: %d %v", n, err)
+	}
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(fmt.Sprint(sleep.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := m.Processes(parent); err != nil || n != 1 {
+		t.Errorf("processes with one in a container's cgroup: %d %v, want 1", n, err)
+	}
+	sleep.Process.Kill()
+	sleep.Wait()
 	if err := m.Remove(parent); err != nil {
 		t.Fatal(err)
 	}
