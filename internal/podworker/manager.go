@@ -184,37 +184,66 @@ func (m *Manager) routeEvents(ctx context.Context) {
 			if !ok {
 				return
 			}
-			if ev.Sandbox {
-				m.routeSandboxEvent(ctx, ev)
-				continue
-			}
-			st, err := m.cfg.Runtime.Status(ctx, ev.ID)
-			if err != nil {
-				continue
-			}
-			m.mu.Lock()
-			w := m.workers[types.UID(st.PodUID)]
-			if w == nil {
-				// Not claimed by a worker yet: keep the re-adopted record current,
-				// or the worker that claims it would wait for an exit already past.
-				if a := m.orphans[types.UID(st.PodUID)]; a != nil {
-					updateInstance(a.containers, st)
-				}
-			}
-			m.mu.Unlock()
-			if w != nil {
-				w.observe(st)
+			if !m.route(ctx, ev) {
+				go m.retryRoute(ctx, ev)
 			}
 		}
 	}
 }
 
-// routeSandboxEvent hands a sandbox's new status to its pod's worker, or
-// to the re-adopted record of a pod no worker claimed yet.
-func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) {
+// eventRetries are the pauses before reading again the status an event
+// announced, when the read failed (a runtime slow to answer under load) or
+// lagged behind the event: an event is sent once, so an exit whose read is
+// lost would otherwise wait for the pod's next change.
+var eventRetries = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 3 * time.Second, 10 * time.Second, 30 * time.Second}
+
+func (m *Manager) retryRoute(ctx context.Context, ev runtime.Event) {
+	for _, d := range eventRetries {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.cfg.Clock.After(d):
+		}
+		if m.route(ctx, ev) {
+			return
+		}
+	}
+	m.cfg.Log.Warn("runtime event: status not readable, left to the next change", "id", ev.ID, "state", ev.State, "sandbox", ev.Sandbox)
+}
+
+// route hands the status an event announces to its pod's worker, or to the
+// re-adopted record of a pod no worker claimed yet. It reports false when
+// the read should be tried again: it failed other than for a removed
+// instance, or it shows an earlier state than the event.
+func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
+	if ev.Sandbox {
+		return m.routeSandboxEvent(ctx, ev)
+	}
+	st, err := m.cfg.Runtime.Status(ctx, ev.ID)
+	if err != nil {
+		return runtime.IsNotFound(err)
+	}
+	m.mu.Lock()
+	w := m.workers[types.UID(st.PodUID)]
+	if w == nil {
+		// Not claimed by a worker yet: keep the re-adopted record current,
+		// or the worker that claims it would wait for an exit already past.
+		if a := m.orphans[types.UID(st.PodUID)]; a != nil {
+			updateInstance(a.containers, st)
+		}
+	}
+	m.mu.Unlock()
+	if w != nil {
+		w.observe(st)
+	}
+	return st.State >= ev.State
+}
+
+// routeSandboxEvent is route for a sandbox's event.
+func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) bool {
 	st, err := m.cfg.Runtime.SandboxStatus(ctx, ev.ID)
 	if err != nil {
-		return // removed meanwhile
+		return runtime.IsNotFound(err)
 	}
 	m.mu.Lock()
 	w := m.workers[types.UID(st.PodUID)]
@@ -227,6 +256,7 @@ func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) {
 	if w != nil {
 		w.observeSandbox(st)
 	}
+	return ev.State != runtime.StateExited || st.State == runtime.SandboxNotReady
 }
 
 // adopted is what the runtime already had of one pod when the agent started.

@@ -254,6 +254,28 @@ func TestSandboxGetsThePodsNamesAndDNS(t *testing.T) {
 	})
 }
 
+// An exit event whose status read fails (a runtime slow under load) is
+// read again: the exit is not lost.
+func TestExitReadAgainWhenTheStatusReadFails(t *testing.T) {
+	rt := newFakeRuntime()
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	m.UpdatePod(pod)
+	waitStatus(t, statuses, pod.UID, "running", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+	rt.mu.Lock()
+	rt.statusFailures = 2
+	rt.mu.Unlock()
+	rt.exit(t, "c", 4)
+	waitStatus(t, statuses, pod.UID, "the exit seen", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Terminated != nil &&
+			st.ContainerStatuses[0].State.Terminated.ExitCode == 4
+	})
+}
+
 func podCondition(st v1.PodStatus, t v1.PodConditionType) *v1.PodCondition {
 	for i := range st.Conditions {
 		if st.Conditions[i].Type == t {

@@ -36,6 +36,9 @@ type fakeRuntime struct {
 	// stopFailures StopSandbox calls fail first (as a CNI DEL can).
 	stopFailures int
 	podNetwork   bool // Features.PodNetwork
+	// statusFailures Status calls of exited instances fail first (a
+	// runtime slow to answer).
+	statusFailures int
 	lastSandbox  runtime.SandboxSpec
 }
 
@@ -151,6 +154,10 @@ func (f *fakeRuntime) Status(_ context.Context, id string) (runtime.Status, erro
 	st, ok := f.byID[id]
 	if !ok {
 		return st, runtime.ErrNotFound
+	}
+	if st.State == runtime.StateExited && f.statusFailures > 0 {
+		f.statusFailures--
+		return runtime.Status{}, fmt.Errorf("status of %s: deadline exceeded: %w", id, runtime.ErrTimeout)
 	}
 	return st, nil
 }
