@@ -223,19 +223,10 @@ func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
-	m.mu.Lock()
-	w := m.workers[types.UID(st.PodUID)]
-	if w == nil {
-		// Not claimed by a worker yet: keep the re-adopted record current,
-		// or the worker that claims it would wait for an exit already past.
-		if a := m.orphans[types.UID(st.PodUID)]; a != nil {
-			updateInstance(a.containers, st)
-		}
-	}
-	m.mu.Unlock()
-	if w != nil {
-		w.observe(st)
-	}
+	// Not claimed by a worker yet: the re-adopted record is kept current,
+	// or the worker that claims it would wait for an exit already past.
+	m.hand(types.UID(st.PodUID), func(w *worker) { w.observe(st) },
+		func(a *adopted) { updateInstance(a.containers, st) })
 	return st.State >= ev.State
 }
 
@@ -245,18 +236,25 @@ func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) bool 
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
+	m.hand(types.UID(st.PodUID), func(w *worker) { w.observeSandbox(st) },
+		func(a *adopted) { updateSandbox(a.sandboxes, st) })
+	return ev.State != runtime.StateExited || st.State == runtime.SandboxNotReady
+}
+
+// hand gives what was read of pod uid to its worker, else to the pod's
+// re-adopted record (if any).
+func (m *Manager) hand(uid types.UID, toWorker func(*worker), toOrphan func(*adopted)) {
 	m.mu.Lock()
-	w := m.workers[types.UID(st.PodUID)]
+	w := m.workers[uid]
 	if w == nil {
-		if a := m.orphans[types.UID(st.PodUID)]; a != nil {
-			updateSandbox(a.sandboxes, st)
+		if a := m.orphans[uid]; a != nil {
+			toOrphan(a)
 		}
 	}
 	m.mu.Unlock()
 	if w != nil {
-		w.observeSandbox(st)
+		toWorker(w)
 	}
-	return ev.State != runtime.StateExited || st.State == runtime.SandboxNotReady
 }
 
 // adopted is what the runtime already had of one pod when the agent started.

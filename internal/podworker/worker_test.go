@@ -39,7 +39,7 @@ type fakeRuntime struct {
 	// statusFailures Status calls of exited instances fail first (a
 	// runtime slow to answer).
 	statusFailures int
-	lastSandbox  runtime.SandboxSpec
+	lastSandbox    runtime.SandboxSpec
 }
 
 func newFakeRuntime() *fakeRuntime {
