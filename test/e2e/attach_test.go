@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +46,18 @@ func TestContainerdStdinAttachAndTTY(t *testing.T) {
 		t.Errorf("echo terminated %+v, want exit 0", term)
 	}
 	p.waitLogs(t, ns, "echo", "c", 10*time.Second, "echo:a", "echo:b", "stdin closed")
+
+	// kubectl run -it on a terminal (script gives kubectl one), as a user
+	// types it; --rm deletes the pod afterwards.
+	cmdline := fmt.Sprintf("%s kubectl --kubeconfig %s -n %s run shell -it --rm --restart=Never --image=%s --image-pull-policy=IfNotPresent -- sh -c 'read x; echo tty-got:$x'",
+		binary, filepath.Join(p.DataDir, "admin.kubeconfig"), ns, images.BusyboxImage)
+	term := exec.Command("script", "-qec", cmdline, "/dev/null")
+	term.Stdin = strings.NewReader("hello\r")
+	termOut, err := term.CombinedOutput()
+	if err != nil || !strings.Contains(string(termOut), "tty-got:hello") {
+		t.Errorf("kubectl run -it on a terminal: %v, output %q", err, termOut)
+	}
+	p.waitGone(t, ns, "shell", 60*time.Second)
 
 	tty := p.imagePod(ns, "tty", images.BusyboxImage, v1.RestartPolicyNever,
 		[]string{"sh", "-c", "[ -t 0 ] && [ -t 1 ] && echo on a terminal; stty size"}, nil)
