@@ -196,3 +196,23 @@ func TestFlockProgramLocksTheOpenFile(t *testing.T) {
 		t.Errorf("flock -n once released: %v", err)
 	}
 }
+
+// The memory-pressure test's hog: its memory is resident, not just reserved.
+func TestTestserverHogHoldsResidentMemory(t *testing.T) {
+	const size = 64 << 20
+	cmd := exec.Command(Program(t, "testserver"), "hog", fmt.Sprint(size))
+	startAndWaitLine(t, cmd, fmt.Sprintf("holding %d bytes", size))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rssKiB int64
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &rssKiB)
+		}
+	}
+	if rssKiB*1024 < size {
+		t.Errorf("resident %d KiB, want at least the %d MiB held", rssKiB, size>>20)
+	}
+}

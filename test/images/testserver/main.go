@@ -11,6 +11,8 @@
 //	grpc-health [--port 8080]
 //	                      gRPC health service, SERVING for the server ("")
 //	pause                 waits for SIGTERM or SIGINT, then exits 0
+//	hog BYTES             holds BYTES of memory it has written to (so that
+//	                      they count as used) until SIGTERM or SIGINT
 //	fail N                exits with code N
 //	sleep D               sleeps D (a Go duration or seconds), then exits 0
 //	stop-signal           waits for any catchable stop signal, prints
@@ -28,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -42,7 +45,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|grpc-health|pause|fail N|sleep D|stop-signal|entrypoint-tester")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -53,6 +56,8 @@ func main() {
 		grpcHealth(args)
 	case "pause":
 		waitFor(syscall.SIGTERM, syscall.SIGINT)
+	case "hog":
+		hog(args)
 	case "fail":
 		os.Exit(fail(args))
 	case "sleep":
@@ -85,6 +90,25 @@ func signalName(sig os.Signal) string {
 		}
 	}
 	return sig.String()
+}
+
+func hog(args []string) {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: testserver hog BYTES")
+		os.Exit(2)
+	}
+	n, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "testserver hog: %q is not a number of bytes\n", args[0])
+		os.Exit(2)
+	}
+	b := make([]byte, n)
+	for i := 0; i < len(b); i += os.Getpagesize() {
+		b[i] = 1
+	}
+	fmt.Printf("holding %d bytes\n", n)
+	waitFor(syscall.SIGTERM, syscall.SIGINT)
+	runtime.KeepAlive(b)
 }
 
 func fail(args []string) int {
