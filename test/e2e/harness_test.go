@@ -35,6 +35,11 @@ func TestMain(m *testing.M) {
 	// Most e2e tests wait on timers in podvisor rather than use CPU: run more of
 	// them at once than go test's default (GOMAXPROCS, 2 here), unless told.
 	flag.Parse()
+	if missing := containerdMissing(); e2eRuntime() == "containerd" && missing != "" {
+		fmt.Fprintf(os.Stderr, "the e2e suite runs on the containerd runtime, podvisor's default, and %s; "+
+			"or run it on the process runtime with PODVISOR_E2E_RUNTIME=process\n", strings.TrimPrefix(missing, "the containerd runtime "))
+		os.Exit(1)
+	}
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
 	if !explicit {

@@ -23,8 +23,8 @@ import (
 // targets from pods.
 
 // e2eRuntime is the runtime the suite's podvisors use unless a test asks
-// for one: PODVISOR_E2E_RUNTIME, else the process runtime.
-func e2eRuntime() string { return cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "process") }
+// for one: PODVISOR_E2E_RUNTIME, else containerd, podvisor's default.
+func e2eRuntime() string { return cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "containerd") }
 
 // shareHostDirs mounts each host directory at the same path in every
 // container of pod, so that the files the test and its containers read and
