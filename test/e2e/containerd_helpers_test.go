@@ -28,23 +28,32 @@ func nextClusterCIDR() string {
 }
 
 // needContainerd skips a test of the containerd runtime on a machine that
-// cannot run it: it needs root, runc and the CNI plugins (.ci/run installs
-// Debian's runc and containernetworking-plugins).
+// cannot run it.
 func needContainerd(t *testing.T) {
 	t.Helper()
+	if missing := containerdMissing(); missing != "" {
+		t.Skip(missing)
+	}
+}
+
+// containerdMissing says what the machine lacks to run the containerd
+// runtime, or "" when it has it all: root, runc and the CNI plugins (.ci/run
+// installs Debian's runc and containernetworking-plugins).
+func containerdMissing() string {
 	if os.Geteuid() != 0 {
-		t.Skip("the containerd runtime needs root")
+		return "the containerd runtime needs root"
 	}
 	if _, err := exec.LookPath("runc"); err != nil {
 		if _, err := os.Stat("/usr/sbin/runc"); err != nil {
-			t.Skip("the containerd runtime needs runc (Debian: apt-get install runc)")
+			return "the containerd runtime needs runc (Debian: apt-get install runc)"
 		}
 	}
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		if _, err := os.Stat("/opt/cni/bin/bridge"); err != nil {
-			t.Skip("the containerd runtime needs the CNI plugins (Debian: apt-get install containernetworking-plugins)")
+			return "the containerd runtime needs the CNI plugins (Debian: apt-get install containernetworking-plugins)"
 		}
 	}
+	return ""
 }
 
 // NewContainerdPodvisor is NewPodvisor on the containerd runtime.
@@ -57,16 +66,17 @@ func NewContainerdPodvisor(t *testing.T, extra ...string) *Podvisor {
 }
 
 // importImages builds the named test images (test/images recipes) and
-// imports them with `podvisor image import`, as a user would.
-func (p *Podvisor) importImages(names ...string) {
-	p.t.Helper()
-	args := []string{"image", "import", "--data-dir", p.DataDir}
+// imports them with `podvisor image import`, as a user would, into the
+// containerd of the podvisor or agent of dataDir.
+func importImages(t testing.TB, dataDir string, names ...string) {
+	t.Helper()
+	args := []string{"image", "import", "--data-dir", dataDir}
 	for _, n := range names {
-		args = append(args, images.Build(p.t, n))
+		args = append(args, images.Build(t, n))
 	}
 	out, err := exec.Command(binary, args...).CombinedOutput()
 	if err != nil {
-		p.t.Fatalf("podvisor image import: %v\n%s", err, out)
+		t.Fatalf("podvisor image import: %v\n%s", err, out)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,7 +33,7 @@ func TestContainerdRunsImages(t *testing.T) {
 	t.Parallel()
 	p := NewContainerdPodvisor(t)
 	p.Start()
-	p.importImages("busybox", "testserver")
+	importImages(t, p.DataDir, "busybox", "testserver")
 	ns := p.Namespace("images")
 	ctx := context.Background()
 
@@ -232,13 +231,10 @@ func TestContainerdSecondNodeJoinsThePodNetwork(t *testing.T) {
 	t.Parallel()
 	p := NewContainerdPodvisor(t)
 	p.Start()
-	p.importImages("busybox")
+	importImages(t, p.DataDir, "busybox")
 	a := p.newAgent(t, "node-b-"+strings.ToLower(t.Name()), "")
 	a.Start()
-	out, err := exec.Command(binary, "image", "import", "--data-dir", a.DataDir, images.Build(t, "testserver")).CombinedOutput()
-	if err != nil {
-		t.Fatalf("image import into the agent's containerd: %v\n%s", err, out)
-	}
+	importImages(t, a.DataDir, "testserver")
 	ns := p.Namespace("twonodes")
 	ctx := context.Background()
 	nodeCIDR := func(name string) *net.IPNet {

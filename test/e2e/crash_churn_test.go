@@ -144,6 +144,7 @@ func crashPod(rng *rand.Rand, ns, node string, n int, lockDir string) *v1.Pod {
 		pod.Spec.Containers = []v1.Container{c("main", "sleep 3; exit 0")}
 	}
 	pod.Name = fmt.Sprintf("k%d-%d", kind, n)
+	shareHostDirs(pod, lockDir)
 	return pod
 }
 

@@ -150,12 +150,15 @@ func TestKubectlExec(t *testing.T) {
 		s := containerStatus(pod, "done")
 		return pod.Status.Phase == v1.PodRunning && s != nil && s.State.Terminated != nil
 	})
-	for _, tc := range []struct{ what, stderr string }{
+	bad := []struct{ what, stderr string }{
 		{"-n " + ns + " exec nosuch -- true", `pods "nosuch" not found`},
 		{"-n " + ns + " exec two -c nosuch -- true", "container nosuch is not valid for pod two"},
 		{"-n " + ns + " exec half -c done -- true", `container not found ("done")`},
-		{"-n " + ns + " attach two -c a", "attach is not supported by the process runtime"},
-	} {
+	}
+	if p.Runtime == "process" { // containerd attaches
+		bad = append(bad, struct{ what, stderr string }{"-n " + ns + " attach two -c a", "attach is not supported by the process runtime"})
+	}
+	for _, tc := range bad {
 		_, e, code := p.kubectl(t, "", nil, strings.Fields(tc.what)...)
 		if code != 1 || !strings.Contains(e, tc.stderr) {
 			t.Errorf("kubectl %s: exit %d, stderr %q; want 1 and %q", tc.what, code, e, tc.stderr)
@@ -215,14 +218,15 @@ func TestKubectlPortForward(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(site, "index.html"), []byte("hello from the pod"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A server on the pod's loopback only: the forward reaches it from
+	// inside the pod's network, as upstream's port-forward does.
 	port := freePort(t)
-	p.create(t, p.pod(ns, "web", v1.RestartPolicyAlways,
-		sh("server", fmt.Sprintf("exec python3 -m http.server %d --bind 127.0.0.1 --directory %s", port, site))))
-	p.waitRunning(t, ns, "web")
-	Eventually(t, 30*time.Second, "the pod's server to answer", func() (bool, error) {
-		_, err := httpGet(fmt.Sprintf("http://127.0.0.1:%d/", port))
-		return err == nil, err
-	})
+	server := sh("server", fmt.Sprintf("exec busybox httpd -f -p 127.0.0.1:%d -h %s", port, site))
+	server.ReadinessProbe = &v1.Probe{ProbeHandler: execProbe("busybox", "wget", "-q", "-O", "/dev/null", fmt.Sprintf("http://127.0.0.1:%d/", port)), PeriodSeconds: 1}
+	web := p.pod(ns, "web", v1.RestartPolicyAlways, server)
+	shareHostDirs(web, site)
+	p.create(t, web)
+	p.waitPod(t, ns, "web", 60*time.Second, "Ready: the pod's server answers", isReady)
 
 	for name, env := range map[string][]string{"websocket": nil, "spdy": {"KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}} {
 		t.Run(name, func(t *testing.T) {
@@ -336,11 +340,11 @@ func TestAbandonedExecSessionsLeaveNothing(t *testing.T) {
 	p := NewPodvisor(t)
 	p.Start()
 	ns := p.Namespace("abandon")
-	p.create(t, p.pod(ns, "target", v1.RestartPolicyAlways, sh("c", "exec sleep 3600")))
+	c := sh("c", "exec sleep 3600")
+	tag := tagProcesses(&c) // sessions run with the container's environment
+	p.create(t, p.pod(ns, "target", v1.RestartPolicyAlways, c))
 	p.waitRunning(t, ns, "target")
-	processes := func() int {
-		return len(processesWhoseEnv(func(env []byte) bool { return bytes.Contains(env, []byte(p.DataDir)) }))
-	}
+	processes := func() int { return len(taggedProcesses(tag)) }
 	// One session first, so that what the first one starts for good (the
 	// runtime's streaming server connections, client caches) is in the baseline.
 	abandonSession(t, p, ns, clientGoExecutors["spdy"], false, nil)
@@ -368,10 +372,15 @@ func TestAbandonedExecSessionsLeaveNothing(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d sessions opened and abandoned in %v", sessions, time.Since(begin).Round(time.Millisecond))
 
+	// containerd's CRI lets an abandoned session's command run on, with
+	// upstream's kubelet too (kubernetes/kubernetes#89031): there only
+	// podvisor's goroutines must come back.
+	countProcesses := p.Runtime == "process"
 	var procsAfter, goAfter int
 	Eventually(t, 60*time.Second, "processes and goroutines back to where they were", func() (bool, error) {
 		procsAfter, goAfter = processes(), goroutines(t, p)
-		return procsAfter <= procsBefore && goAfter <= goBefore+50, nil
+		return (procsAfter <= procsBefore || !countProcesses) && goAfter <= goBefore+50,
+			fmt.Errorf("processes: %d before, %d now; goroutines: %d before, %d now", procsBefore, procsAfter, goBefore, goAfter)
 	})
 	t.Logf("processes: %d before, %d after; goroutines: %d before, %d after", procsBefore, procsAfter, goBefore, goAfter)
 }

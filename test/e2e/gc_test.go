@@ -78,6 +78,7 @@ type Agent struct {
 	cmd      *exec.Cmd
 	stderr   *syncBuffer
 	exited   chan struct{}
+	imported bool // the busybox test image is in its containerd
 }
 
 func (p *Podvisor) newAgent(t *testing.T, name, config string) *Agent {
@@ -138,6 +139,11 @@ func (a *Agent) Start() {
 		for range lines {
 		}
 	}()
+	if a.server.Runtime == "containerd" && !a.imported {
+		// Its containerd is its own: what adapt gives pods, as Start does.
+		importImages(a.t, a.DataDir, "busybox")
+		a.imported = true
+	}
 }
 
 // Stop sends SIGTERM and waits; the containers keep running, as with any
@@ -166,17 +172,14 @@ func TestOutOfServiceTaint(t *testing.T) {
 	a := p.newAgent(t, "worker-"+strings.ToLower(strings.TrimPrefix(p.NodeName, "node-")), cfg)
 	a.Start()
 
-	dir := t.TempDir()
-	pods := map[string]string{} // name -> pid file
+	pods := map[string]string{} // name -> process tag
 	for _, name := range []string{"terminating", "running"} {
-		pidFile := filepath.Join(dir, name+".pid")
-		marker := "oos-" + name
-		pod := p.pod(ns, name, v1.RestartPolicyAlways,
-			sh("c", fmt.Sprintf(`echo $$$$ > %s; trap '' TERM; while true; do sleep 0.2; done # %s`, pidFile, marker)))
+		c := sh("c", `trap '' TERM; while true; do sleep 0.2; done`)
+		pods[name] = tagProcesses(&c)
+		pod := p.pod(ns, name, v1.RestartPolicyAlways, c)
 		pod.Spec.NodeName = a.NodeName
 		pod.Spec.TerminationGracePeriodSeconds = nil // the API's default, 30s
 		p.create(t, pod)
-		pods[name] = pidFile
 	}
 	// A pod that tolerates a NotReady/unreachable node for 5 s only: evicted 5 s
 	// after the node goes NotReady, where the default toleration is 300 s.
@@ -193,8 +196,8 @@ func TestOutOfServiceTaint(t *testing.T) {
 		})
 	}
 	a.Stop()
-	for name, f := range pods {
-		if !pidAlive(readPid(t, f)) {
+	for name, tag := range pods {
+		if len(taggedProcesses(tag)) == 0 {
 			t.Fatalf("pod %s's process stopped with its agent; containers must outlive the agent", name)
 		}
 	}
@@ -244,9 +247,9 @@ func TestOutOfServiceTaint(t *testing.T) {
 	}
 
 	a.Start()
-	for name, f := range pods {
+	for name, tag := range pods {
 		Eventually(t, 30*time.Second, "the process of pod "+name+" killed by the returning agent", func() (bool, error) {
-			return !pidAlive(readPid(t, f)), nil
+			return len(taggedProcesses(tag)) == 0, nil
 		})
 	}
 	list, err := p.Admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})

@@ -4,7 +4,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -36,6 +35,11 @@ func TestMain(m *testing.M) {
 	// Most e2e tests wait on timers in podvisor rather than use CPU: run more of
 	// them at once than go test's default (GOMAXPROCS, 2 here), unless told.
 	flag.Parse()
+	if missing := containerdMissing(); e2eRuntime() == "containerd" && missing != "" {
+		fmt.Fprintf(os.Stderr, "the e2e suite runs on the containerd runtime, podvisor's default, and %s; "+
+			"or run it on the process runtime with PODVISOR_E2E_RUNTIME=process\n", strings.TrimPrefix(missing, "the containerd runtime "))
+		os.Exit(1)
+	}
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
 	if !explicit {
@@ -81,13 +85,15 @@ type Podvisor struct {
 	NodeName string
 	Args     []string
 	Env      []string // added to the test's environment
-	// Runtime is podvisor's --runtime: "process" unless the test or
-	// PODVISOR_E2E_RUNTIME says otherwise.
+	// Runtime is podvisor's --runtime: e2eRuntime() unless the test says
+	// otherwise.
 	Runtime string
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
 	imported    bool // the busybox test image is in its containerd
+	// testserverImport imports the testserver image on first use.
+	testserverImport sync.Once
 	// etcdPorts are chosen once and kept across restarts of this podvisor.
 	etcdPorts [2]int
 	cmd       *exec.Cmd
@@ -158,7 +164,7 @@ func NewPodvisor(t *testing.T, extra ...string) *Podvisor {
 	t.Helper()
 	return &Podvisor{t: t, DataDir: t.TempDir(), APIPort: freePort(t), Agent: freePort(t),
 		NodeName: "node-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")), Args: extra,
-		Runtime: cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "process")}
+		Runtime: e2eRuntime()}
 }
 
 // Start runs podvisor up and waits for the ready line.
@@ -242,7 +248,7 @@ func (p *Podvisor) Start() {
 	p.Admin = kubernetes.NewForConfigOrDie(cfg)
 	if p.Runtime == "containerd" && !p.imported {
 		// What adapt gives pods written for the process runtime.
-		p.importImages("busybox")
+		importImages(p.t, p.DataDir, "busybox")
 		p.imported = true
 	}
 }

@@ -21,7 +21,7 @@ func TestContainerdImagePullSemantics(t *testing.T) {
 	t.Parallel()
 	p := NewContainerdPodvisor(t)
 	p.Start()
-	p.importImages("busybox")
+	importImages(t, p.DataDir, "busybox")
 	ns := p.Namespace("pulls")
 	ctx := context.Background()
 

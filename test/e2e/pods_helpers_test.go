@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -34,7 +33,7 @@ func Shared(t *testing.T) *Podvisor {
 	sharedOnce.Do(func() {
 		// Start-up failures are reported on the first test that asked.
 		p := &Podvisor{t: t, DataDir: mustTemp("podvisor-shared"), NodeName: "shared-node",
-			Runtime: cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "process")}
+			Runtime: e2eRuntime()}
 		p.APIPort, p.Agent = mustFreePort(), mustFreePort()
 		p.Start()
 		shared = p
@@ -49,8 +48,14 @@ func Shared(t *testing.T) *Podvisor {
 // dir (its podvisor.log) is kept for the post-mortem.
 func stopShared(failed bool) {
 	if shared != nil {
+		if shared.Runtime == "containerd" {
+			purgeContainerd(shared.t, shared.DataDir)
+		}
 		shared.Stop()
 		killLeftovers(shared.DataDir)
+		if shared.Runtime == "containerd" {
+			removeContainerdState(shared.DataDir)
+		}
 		if failed {
 			fmt.Fprintf(os.Stderr, "shared podvisor's data dir kept: %s\n", shared.DataDir)
 			return
@@ -242,7 +247,7 @@ func isReady(pod *v1.Pod) bool {
 
 // counterScript exits 1 on its first run, 0 on its second, then runs forever:
 // the upstream "Container Runtime blackbox test" container. The count lives in
-// a host file (the pod shares the host filesystem).
+// file, which outlives the container: a host file (see shareHostDirs).
 func counterScript(file string) string {
 	return fmt.Sprintf(`echo hello >> %[1]s; count=$(wc -l < %[1]s); if [ "$count" -eq 1 ]; then exit 1; fi; if [ "$count" -eq 2 ]; then exit 0; fi; while true; do sleep 1; done`, file)
 }

@@ -33,8 +33,10 @@ func TestBlackboxRestartPolicies(t *testing.T) {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
 			name := "terminate-cmd-" + strings.ToLower(string(tc.policy))
-			file := filepath.Join(t.TempDir(), "count")
-			p.create(t, p.pod(ns, name, tc.policy, sh("c", counterScript(file))))
+			dir := t.TempDir()
+			counter := p.pod(ns, name, tc.policy, sh("c", counterScript(filepath.Join(dir, "count"))))
+			shareHostDirs(counter, dir)
+			p.create(t, counter)
 			pod := p.waitPod(t, ns, name, 90*time.Second, "restartCount and phase", func(pod *v1.Pod) bool {
 				cs := containerStatus(pod, "c")
 				return cs != nil && cs.RestartCount == tc.restarts && pod.Status.Phase == tc.phase && isReady(pod) == tc.ready
@@ -95,9 +97,11 @@ func TestInitContainers(t *testing.T) {
 	})
 	t.Run("init containers run in order before the app", func(t *testing.T) {
 		t.Parallel()
-		file := filepath.Join(t.TempDir(), "order")
+		dir := t.TempDir()
+		file := filepath.Join(dir, "order")
 		pod := p.pod(ns, "init-order", v1.RestartPolicyNever, sh("app", "echo app >> "+file))
 		pod.Spec.InitContainers = []v1.Container{sh("init1", "echo init1 >> "+file), sh("init2", "echo init2 >> "+file)}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "init-order", 60*time.Second, "Succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
 		if b := readFile(t, file); b != "init1\ninit2\napp\n" {
@@ -112,11 +116,13 @@ func TestSidecarDoesNotBlockCompletion(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("sidecar")
-	file := filepath.Join(t.TempDir(), "events")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "events")
 	pod := p.pod(ns, "sidecar", v1.RestartPolicyNever, sh("main", "sleep 2; echo main-done >> "+file))
 	side := sh("side", "trap 'echo side-stopped >> "+file+"; exit 0' TERM; echo side-started >> "+file+"; while true; do sleep 0.2; done")
 	side.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
 	pod.Spec.InitContainers = []v1.Container{side}
+	shareHostDirs(pod, dir)
 	p.create(t, pod)
 	got := p.waitPod(t, ns, "sidecar", 60*time.Second, "Succeeded with the sidecar stopped", func(pod *v1.Pod) bool {
 		cs := containerStatus(pod, "side")
@@ -159,7 +165,7 @@ func TestReadinessGates(t *testing.T) {
 }
 
 // Back-off between restarts: 0, 10, 20, 40 s. The container records each
-// start in a host file with sub-second precision and exits at once, so
+// start in a host file (seconds since boot, to the hundredth) and exits at once, so
 // start-to-start is the delay measured from the previous finishedAt. A
 // restart is never more than 1 s early; it may be late by the time a loaded
 // machine takes to notice the exit and start again, but by less than half a
@@ -170,8 +176,11 @@ func TestCrashLoopBackOffSchedule(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("backoff")
-	file := filepath.Join(t.TempDir(), "starts")
-	p.create(t, p.pod(ns, "crasher", v1.RestartPolicyAlways, sh("c", "date +%s.%N >> "+file+"; exit 1")))
+	dir := t.TempDir()
+	file := filepath.Join(dir, "starts")
+	crasher := p.pod(ns, "crasher", v1.RestartPolicyAlways, sh("c", timestamp+" >> "+file+"; exit 1"))
+	shareHostDirs(crasher, dir)
+	p.create(t, crasher)
 	var starts []float64
 	sawBackOff := false
 	deadline := time.Now().Add(150 * time.Second)
@@ -226,6 +235,9 @@ func TestBadContainers(t *testing.T) {
 	})
 	t.Run("missing command", func(t *testing.T) {
 		t.Parallel()
+		if p.Runtime == "containerd" {
+			t.Skip("on containerd a container without a command runs its image's")
+		}
 		p.create(t, p.pod(ns, "nocommand", v1.RestartPolicyAlways, v1.Container{Name: "c", Image: "busybox"}))
 		got := p.waitPod(t, ns, "nocommand", 30*time.Second, "CreateContainerConfigError", func(pod *v1.Pod) bool {
 			cs := containerStatus(pod, "c")
@@ -307,11 +319,14 @@ func TestKubectlLogsPreviousAndFollow(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("logs-previous")
-	file := filepath.Join(t.TempDir(), "runs")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "runs")
 	// Run 1 prints run-1 and exits 1; run 2 prints run-2, then three ticks and exits 0.
 	script := "echo x >> '" + file + "'; n=$(wc -l < '" + file + "'); echo run-$n; " +
 		"if [ $n -eq 1 ]; then exit 1; fi; for i in 1 2 3; do sleep 1; echo tick-$i; done"
-	p.create(t, p.pod(ns, "twice", v1.RestartPolicyOnFailure, sh("c", script)))
+	twice := p.pod(ns, "twice", v1.RestartPolicyOnFailure, sh("c", script))
+	shareHostDirs(twice, dir)
+	p.create(t, twice)
 	p.waitPod(t, ns, "twice", 60*time.Second, "the second run", func(pod *v1.Pod) bool {
 		cs := containerStatus(pod, "c")
 		return cs != nil && cs.RestartCount == 1 && cs.State.Running != nil

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
-	"sync/atomic"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -79,18 +76,22 @@ func TestProbes(t *testing.T) {
 
 	t.Run("exec liveness restarts when the file goes", func(t *testing.T) {
 		t.Parallel()
-		f := filepath.Join(t.TempDir(), "health")
+		dir := t.TempDir()
+		f := filepath.Join(dir, "health")
 		pod := p.pod(ns, "live-exec", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("echo ok > '%[1]s'; sleep 10; rm -f '%[1]s'; sleep 600", f)))
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "live-exec", 90*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
 	})
 
 	t.Run("exec liveness that keeps passing never restarts in 4 min", func(t *testing.T) {
 		t.Parallel()
-		f := filepath.Join(t.TempDir(), "health")
+		dir := t.TempDir()
+		f := filepath.Join(dir, "health")
 		pod := p.pod(ns, "live-exec-ok", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("echo ok > '%s'; sleep 600", f)))
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "live-exec-ok", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
 		p.holdsFor(t, ns, "live-exec-ok", 4*time.Minute, "no restart", func(pod *v1.Pod) bool { return restarts(pod) == 0 })
@@ -98,52 +99,49 @@ func TestProbes(t *testing.T) {
 
 	t.Run("HTTP liveness against a server that starts failing", func(t *testing.T) {
 		t.Parallel()
-		var hits atomic.Int32
-		var ua atomic.Value
-		port := serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ua.Store(r.UserAgent())
-			if hits.Add(1) > 3 {
-				w.WriteHeader(http.StatusInternalServerError)
-			}
-		}))
-		pod := p.pod(ns, "live-http", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		port := freePort(t)
+		pod := p.pod(ns, "live-http", v1.RestartPolicyAlways, p.testserver(t, "c", "serve", "--port", strconv.Itoa(port), "--healthz-fail-after", "3"))
+		pod.Spec.Containers[0].StartupProbe = listening(port)
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{
 			Path: "/healthz", Port: intstr.FromInt32(int32(port))}}, PeriodSeconds: 1, FailureThreshold: 2}
 		p.create(t, pod)
 		p.waitPod(t, ns, "live-http", 60*time.Second, "a restart", func(pod *v1.Pod) bool { return restarts(pod) >= 1 })
-		if got, _ := ua.Load().(string); got != "kube-probe/1.36" {
-			t.Errorf("User-Agent = %q, want kube-probe/1.36", got)
+		// The server logs each request with its User-Agent.
+		out, err := p.Admin.CoreV1().Pods(ns).GetLogs("live-http", &v1.PodLogOptions{Container: "c", Previous: true}).DoRaw(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var requests, fromProbe int
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(line, "request GET /healthz ") {
+				requests++
+				if strings.HasSuffix(line, ` user-agent="kube-probe/1.36"`) {
+					fromProbe++
+				}
+			}
+		}
+		if requests < 5 || fromProbe != requests {
+			t.Errorf("the restarted instance got %d requests for /healthz (want 3 passing and 2 failing), %d from User-Agent kube-probe/1.36 (want all); its log:\n%s", requests, fromProbe, out)
 		}
 	})
 
 	t.Run("TCP liveness on an open port never restarts", func(t *testing.T) {
 		t.Parallel()
-		l, err := net.Listen("tcp", ":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
-		pod := p.pod(ns, "live-tcp", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		port := freePort(t)
+		pod := p.pod(ns, "live-tcp", v1.RestartPolicyAlways, p.testserver(t, "c", "serve", "--port", strconv.Itoa(port)))
+		pod.Spec.Containers[0].StartupProbe = listening(port)
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{
-			Port: intstr.FromInt32(int32(portOf(l)))}}, PeriodSeconds: 1, FailureThreshold: 1}
+			Port: intstr.FromInt32(int32(port))}}, PeriodSeconds: 1, FailureThreshold: 1}
 		p.create(t, pod)
 		p.waitPod(t, ns, "live-tcp", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
 		p.holdsFor(t, ns, "live-tcp", 15*time.Second, "no restart", func(pod *v1.Pod) bool { return restarts(pod) == 0 })
 	})
 
-	grpcPort := serveGRPCHealth(t)
 	t.Run("gRPC liveness on a serving port never restarts", func(t *testing.T) {
 		t.Parallel()
-		pod := p.pod(ns, "live-grpc", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		grpcPort := freePort(t)
+		pod := p.pod(ns, "live-grpc", v1.RestartPolicyAlways, p.testserver(t, "c", "grpc-health", "--port", strconv.Itoa(grpcPort)))
+		pod.Spec.Containers[0].StartupProbe = listening(grpcPort)
 		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(grpcPort)}},
 			PeriodSeconds: 1, FailureThreshold: 1}
 		p.create(t, pod)
@@ -180,8 +178,10 @@ func TestProbes(t *testing.T) {
 
 	t.Run("startup probe delays liveness; Ready follows startup within a readiness period", func(t *testing.T) {
 		t.Parallel()
-		f := filepath.Join(t.TempDir(), "started")
+		dir := t.TempDir()
+		f := filepath.Join(dir, "started")
 		pod := p.pod(ns, "startup-gates", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("sleep 8; touch '%s'; sleep 3600", f)))
+		shareHostDirs(pod, dir)
 		c := &pod.Spec.Containers[0]
 		c.StartupProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), PeriodSeconds: 1, FailureThreshold: 60}
 		c.LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), PeriodSeconds: 1, FailureThreshold: 1}
@@ -236,29 +236,10 @@ func closedPort(t *testing.T) int {
 	return port
 }
 
-// serveHTTP serves h on all addresses (probes default to the pod IP, the node's address).
-func serveHTTP(t *testing.T, h http.Handler) int {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return portOf(l)
-}
-
-func serveGRPCHealth(t *testing.T) int {
-	l, err := net.Listen("tcp", ":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(s, hs)
-	go s.Serve(l)
-	t.Cleanup(func() { s.Stop() })
-	_ = context.Background
-	return portOf(l)
+// listening is a startup probe that passes once the container listens on
+// port: the liveness probe of a server starts after it, not before the
+// server could answer.
+func listening(port int) *v1.Probe {
+	return &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(int32(port))}},
+		PeriodSeconds: 1, FailureThreshold: 30}
 }

@@ -100,13 +100,14 @@ func waitNodeReadyAgain(t *testing.T, p *Podvisor, timeout time.Duration) {
 }
 
 // stubbornPod ignores SIGTERM, so it runs until its grace ends; it notes
-// when it got the signal in dir/<name>.
+// when it got the signal (seconds since boot) in the host file dir/<name>.
 func stubbornPod(p *Podvisor, ns, name, dir string, grace int64, class string) *v1.Pod {
 	mark := filepath.Join(dir, name)
 	pod := p.pod(ns, name, v1.RestartPolicyAlways,
-		sh("c", fmt.Sprintf(`trap 'date +%%s.%%N > %s' TERM; while true; do sleep 0.2; done`, mark)))
+		sh("c", fmt.Sprintf(`trap '%s > %s' TERM; while true; do sleep 0.2; done`, timestamp, mark)))
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 	pod.Spec.PriorityClassName = class
+	shareHostDirs(pod, dir)
 	return pod
 }
 

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,32 +19,40 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// hookServer records the paths of the requests it receives.
-type hookServer struct {
-	mu   sync.Mutex
-	hits map[string]time.Time
-	port int
+// hookHandler is a pod that serves the HTTP hooks of other pods, as in
+// upstream's lifecycle hook tests: the hooks name its IP as their host, and
+// its log shows the requests it got.
+type hookHandler struct {
+	p        *Podvisor
+	ns, name string
+	ip       string
+	port     int
 }
 
-func newHookServer(t *testing.T) *hookServer {
-	h := &hookServer{hits: map[string]time.Time{}}
-	h.port = serveHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.mu.Lock()
-		if _, ok := h.hits[r.URL.RequestURI()]; !ok {
-			h.hits[r.URL.RequestURI()] = time.Now()
-		}
-		h.mu.Unlock()
-	}))
+func (p *Podvisor) newHookHandler(t *testing.T, ns string) *hookHandler {
+	t.Helper()
+	h := &hookHandler{p: p, ns: ns, name: "hook-handler", port: freePort(t)}
+	p.create(t, p.pod(ns, h.name, v1.RestartPolicyAlways, p.testserver(t, "c", "serve", "--port", strconv.Itoa(h.port))))
+	h.ip = p.waitRunning(t, ns, h.name).Status.PodIP
+	p.waitLogs(t, ns, h.name, "c", 30*time.Second, "serving on")
 	return h
 }
 
-func (h *hookServer) seen(path string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.hits[path]
-	return ok
+func (h *hookHandler) hook(path string) *v1.LifecycleHandler {
+	return &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Host: h.ip, Path: path, Port: intstr.FromInt32(int32(h.port))}}
 }
 
+// seen tells whether the handler has got a request for path.
+func (h *hookHandler) seen(t *testing.T, path string) bool {
+	t.Helper()
+	out, err := h.p.logs(h.ns, h.name, "c")
+	if err != nil {
+		t.Fatalf("log of the hook handler: %v", err)
+	}
+	return strings.Contains(out, "request GET "+path+" ")
+}
+
+// httpHook is an HTTP hook to the hooked pod itself (its IP), on port.
 func httpHook(port int, path string) *v1.LifecycleHandler {
 	return &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: path, Port: intstr.FromInt32(int32(port))}}
 }
@@ -112,48 +118,25 @@ func (p *Podvisor) watchFinal(t *testing.T, ns, name string, timeout time.Durati
 	return get, w.Stop
 }
 
-func pidAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// A zombie is dead: its parent just has not reaped it.
-	fields := strings.Fields(string(b))
-	return len(fields) > 2 && fields[2] != "Z"
-}
-
-func readPid(t *testing.T, file string) int {
-	t.Helper()
-	var pid int
-	Eventually(t, 30*time.Second, "pid file "+file, func() (bool, error) {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return false, err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0, err
-	})
-	return pid
-}
-
 func TestLifecycleHooks(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("hooks")
-	srv := newHookServer(t)
+	srv := p.newHookHandler(t, ns)
 
 	t.Run("postStart exec and HTTP hooks run", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
 		pod := p.pod(ns, "poststart", v1.RestartPolicyAlways, sh("exec", "sleep 3600"), sh("http", "sleep 3600"))
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: execHook("echo poststart > '" + dir + "/poststart'")}
-		pod.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PostStart: httpHook(srv.port, "/echo?msg=poststart")}
+		pod.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PostStart: srv.hook("/echo?msg=poststart")}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "poststart", 2*time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning && isReady(pod) })
 		if b, _ := os.ReadFile(dir + "/poststart"); string(b) != "poststart\n" {
 			t.Errorf("exec postStart did not run before the container was Running: %q", b)
 		}
-		if !srv.seen("/echo?msg=poststart") {
+		if !srv.seen(t, "/echo?msg=poststart") {
 			t.Error("HTTP postStart hook not received before the container was Running")
 		}
 	})
@@ -163,13 +146,14 @@ func TestLifecycleHooks(t *testing.T) {
 		dir := t.TempDir()
 		pod := p.pod(ns, "prestop", v1.RestartPolicyAlways, sh("exec", "sleep 3600"), sh("http", "sleep 3600"))
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHook("echo prestop > '" + dir + "/prestop'")}
-		pod.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PreStop: httpHook(srv.port, "/echo?msg=prestop")}
+		pod.Spec.Containers[1].Lifecycle = &v1.Lifecycle{PreStop: srv.hook("/echo?msg=prestop")}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "prestop", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
 		p.deletePod(t, ns, "prestop", 15)
 		Eventually(t, 30*time.Second, "preStop hooks", func() (bool, error) {
 			b, _ := os.ReadFile(dir + "/prestop")
-			return string(b) == "prestop\n" && srv.seen("/echo?msg=prestop"), nil
+			return string(b) == "prestop\n" && srv.seen(t, "/echo?msg=prestop"), nil
 		})
 		p.waitGone(t, ns, "prestop", 30*time.Second)
 	})
@@ -185,7 +169,7 @@ func TestLifecycleHooks(t *testing.T) {
 
 	t.Run("failing HTTP preStop does not block deletion", func(t *testing.T) {
 		t.Parallel()
-		pod := p.pod(ns, "prestop-closed", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod := p.pod(ns, "prestop-closed", v1.RestartPolicyAlways, sh("c", sleepUntilTERM))
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: httpHook(closedPort(t), "/")}
 		p.create(t, pod)
 		p.waitPod(t, ns, "prestop-closed", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
@@ -216,7 +200,7 @@ func TestSleepHooks(t *testing.T) {
 	p := Shared(t)
 	ns := p.Namespace("sleephooks")
 	sleepPod := func(name string, seconds, grace int64) *v1.Pod {
-		pod := p.pod(ns, name, v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+		pod := p.pod(ns, name, v1.RestartPolicyAlways, sh("c", sleepUntilTERM))
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: seconds}}}
 		return pod
@@ -307,11 +291,17 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("force delete removes the object at once and the processes within 3 s", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		pod := p.pod(ns, "forced", v1.RestartPolicyAlways, sh("c", "echo $$$$ > '"+dir+"/pid'; setsid sleep 3600 & echo $! > '"+dir+"/child'; trap '' TERM; while true; do sleep 0.2; done"))
+		c := sh("c", startOrphan(dir)+"; trap '' TERM; while true; do sleep 0.2; done")
+		tag := tagProcesses(&c)
+		pod := p.pod(ns, "forced", v1.RestartPolicyAlways, c)
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](300)
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "forced", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-		pid, child := readPid(t, dir+"/pid"), readPid(t, dir+"/child")
+		waitFile(t, filepath.Join(dir, "orphan"))
+		if n := len(taggedProcesses(tag)); n < 2 {
+			t.Fatalf("%d processes of the container before the delete, want the shell and its orphan at least", n)
+		}
 		start := time.Now()
 		if err := p.Admin.CoreV1().Pods(ns).Delete(context.Background(), "forced", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
@@ -319,7 +309,7 @@ func TestGracefulTermination(t *testing.T) {
 		if _, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), "forced", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("pod still in the API right after a force delete: %v", err)
 		}
-		Eventually(t, 5*time.Second, "processes gone", func() (bool, error) { return !pidAlive(pid) && !pidAlive(child), nil })
+		Eventually(t, 5*time.Second, "processes gone", func() (bool, error) { return len(taggedProcesses(tag)) == 0, nil })
 		if d := time.Since(start); d > 3*time.Second+time.Second/2 {
 			t.Errorf("processes gone %v after the force delete, want within 3 s", d)
 		}
@@ -328,16 +318,20 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("orphans of a container are killed with it", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		pod := p.pod(ns, "forker", v1.RestartPolicyNever, sh("c", "setsid sleep 3600 & echo $! > '"+dir+"/child'; sleep 1; exit 0"))
+		c := sh("c", startOrphan(dir)+"; exit 0")
+		tag := tagProcesses(&c)
+		pod := p.pod(ns, "forker", v1.RestartPolicyNever, c)
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "forker", time.Minute, "Succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
-		child := readPid(t, dir+"/child")
-		Eventually(t, 5*time.Second, "the orphan gone", func() (bool, error) { return !pidAlive(child), nil })
+		waitFile(t, filepath.Join(dir, "orphan")) // it was started
+		Eventually(t, 5*time.Second, "the orphan gone", func() (bool, error) { return len(taggedProcesses(tag)) == 0, nil })
 	})
 
 	t.Run("sidecars stop after the main container, in reverse order", func(t *testing.T) {
 		t.Parallel()
-		file := filepath.Join(t.TempDir(), "order")
+		dir := t.TempDir()
+		file := filepath.Join(dir, "order")
 		trapper := func(name string) v1.Container {
 			return sh(name, "trap 'sleep 0.3; echo "+name+" >> \""+file+"\"; exit 0' TERM; while true; do sleep 0.1; done")
 		}
@@ -348,6 +342,7 @@ func TestGracefulTermination(t *testing.T) {
 			pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
 		}
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](20)
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "sidecars", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning && isReady(pod) })
 		p.deletePod(t, ns, "sidecars", 20)
@@ -383,12 +378,17 @@ func TestAgentRestartDuringTermination(t *testing.T) {
 	p.Start()
 	ns := p.Namespace("restart-term")
 	dir := t.TempDir()
-	pod := p.pod(ns, "slow-stop", v1.RestartPolicyAlways, sh("c", "echo $$$$ > '"+dir+"/pid'; exec sleep 3600"))
+	c := sh("c", "exec sleep 3600")
+	tag := tagProcesses(&c)
+	pod := p.pod(ns, "slow-stop", v1.RestartPolicyAlways, c)
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](60)
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHook("echo prestop >> '" + dir + "/prestop'; sleep 5")}
+	shareHostDirs(pod, dir)
 	p.create(t, pod)
 	p.waitPod(t, ns, "slow-stop", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-	pid := readPid(t, dir+"/pid")
+	if len(taggedProcesses(tag)) == 0 {
+		t.Fatal("no process of the running container found")
+	}
 	p.deletePod(t, ns, "slow-stop", 60)
 	Eventually(t, 20*time.Second, "preStop started", func() (bool, error) {
 		_, err := os.Stat(dir + "/prestop")
@@ -397,8 +397,8 @@ func TestAgentRestartDuringTermination(t *testing.T) {
 	p.Stop()
 	p.Start()
 	p.waitGone(t, ns, "slow-stop", 90*time.Second)
-	if pidAlive(pid) {
-		t.Error("the container survived its termination across an agent restart")
+	if pids := taggedProcesses(tag); len(pids) > 0 {
+		t.Errorf("the container survived its termination across an agent restart: processes %v", pids)
 	}
 	if b := readFile(t, dir+"/prestop"); !strings.HasPrefix(b, "prestop\n") {
 		t.Errorf("preStop runs = %q", b)

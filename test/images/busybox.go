@@ -28,7 +28,8 @@ nobody:x:65534:
 // busybox is Debian's static busybox with a symlink for each applet, both in
 // /bin (as upstream's busybox image, where every applet is in /bin) and where
 // busybox itself would install it (/usr/bin/env, /sbin/ip), so scripts
-// written for either layout run.
+// written for either layout run; plus the flock program of ./flock in both
+// places, since Debian builds busybox without upstream's flock applet.
 func busybox() (imagebuild.Image, error) {
 	bin, err := os.ReadFile(busyboxBinary)
 	if err != nil {
@@ -41,6 +42,10 @@ func busybox() (imagebuild.Image, error) {
 	if err != nil {
 		return imagebuild.Image{}, fmt.Errorf("busybox image: %s --list-full: %w", busyboxBinary, err)
 	}
+	flock, err := program("flock")
+	if err != nil {
+		return imagebuild.Image{}, fmt.Errorf("busybox image: %w", err)
+	}
 	files := []imagebuild.File{
 		imagebuild.Regular("/bin/busybox", 0o755, bin),
 		imagebuild.Regular("/etc/passwd", 0o644, []byte(passwd)),
@@ -49,8 +54,10 @@ func busybox() (imagebuild.Image, error) {
 		{Path: "/home/user", Mode: os.ModeDir | 0o755, UID: 1000, GID: 1000},
 		imagebuild.Dir("/tmp", os.ModeSticky|0o777),
 		imagebuild.Dir("/var/tmp", os.ModeSticky|0o777),
+		imagebuild.Regular("/bin/flock", 0o755, flock),
+		imagebuild.Regular("/usr/bin/flock", 0o755, flock),
 	}
-	seen := map[string]bool{"/bin/busybox": true}
+	seen := map[string]bool{"/bin/busybox": true, "/bin/flock": true, "/usr/bin/flock": true}
 	link := func(p string) {
 		if !seen[p] {
 			seen[p] = true

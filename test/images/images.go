@@ -7,6 +7,7 @@
 package images
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,8 +80,7 @@ var built sync.Map // recipe name → func() (string, error), one build each
 // changed image has another ID.
 func Build(t testing.TB, name string) string {
 	t.Helper()
-	once, _ := built.LoadOrStore(name, sync.OnceValues(func() (string, error) { return cachedTar(name) }))
-	p, err := once.(func() (string, error))()
+	p, err := once(&built, name, func() (string, error) { return cachedTar(name) })
 	if err != nil {
 		t.Fatalf("test image %s: %v", name, err)
 	}
@@ -96,8 +96,8 @@ func cachedTar(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	dir := filepath.Join(os.TempDir(), "podvisor-test-images")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := cacheDir()
+	if err != nil {
 		return "", err
 	}
 	// "sha256:" and 16 hex digits tell images apart well enough for a cache.
@@ -106,4 +106,53 @@ func cachedTar(name string) (string, error) {
 		return p, nil
 	}
 	return p, im.WriteArchiveFile(p, imagebuild.Docker)
+}
+
+// Program returns the path of a host copy of the named program of this
+// directory ("testserver"), for tests that run it without an image (the
+// process runtime). It is kept beside the image tars under its content's
+// hash, so later runs reuse it.
+func Program(t testing.TB, name string) string {
+	t.Helper()
+	p, err := once(&written, name, func() (string, error) { return cachedProgram(name) })
+	if err != nil {
+		t.Fatalf("test program %s: %v", name, err)
+	}
+	return p
+}
+
+var written sync.Map // program name → func() (string, error), one write each
+
+func cachedProgram(name string) (string, error) {
+	bin, err := program(name)
+	if err != nil {
+		return "", err
+	}
+	dir, err := cacheDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, fmt.Sprintf("%s-%x", name, sha256.Sum256(bin))[:len(name)+1+16])
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	// Written under another name first: a half-written file is never found.
+	tmp := p + fmt.Sprintf(".%d", os.Getpid())
+	if err := os.WriteFile(tmp, bin, 0o755); err != nil {
+		return "", err
+	}
+	return p, os.Rename(tmp, p)
+}
+
+// cacheDir is where built images and programs are kept across runs.
+func cacheDir() (string, error) {
+	dir := filepath.Join(os.TempDir(), "podvisor-test-images")
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+// once calls make the first time key is asked for in m and returns what it
+// returned then to every caller.
+func once[T any](m *sync.Map, key string, make func() (T, error)) (T, error) {
+	f, _ := m.LoadOrStore(key, sync.OnceValues(make))
+	return f.(func() (T, error))()
 }

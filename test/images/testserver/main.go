@@ -2,10 +2,17 @@
 // like upstream's agnhost, one static binary whose first argument picks what
 // a test container does.
 //
-//	serve [--port 8080]   HTTP: / and /hostname (the hostname), /healthz (200,
-//	                      or 503 after /healthz/fail until /healthz/ok),
-//	                      /echo?msg=M (M), /exit?code=N (answers, then exits N)
+//	serve [--port 8080] [--healthz-fail-after N]
+//	                      HTTP: / and /hostname (the hostname), /healthz (200,
+//	                      or 503 after /healthz/fail until /healthz/ok, and
+//	                      500 from its request N+1 on when N > 0),
+//	                      /echo?msg=M (M), /exit?code=N (answers, then exits N);
+//	                      prints a line for every request, with its User-Agent
+//	grpc-health [--port 8080]
+//	                      gRPC health service, SERVING for the server ("")
 //	pause                 waits for SIGTERM or SIGINT, then exits 0
+//	hog BYTES             holds BYTES of memory it has written to (so that
+//	                      they count as used) until SIGTERM or SIGINT
 //	fail N                exits with code N
 //	sleep D               sleeps D (a Go duration or seconds), then exits 0
 //	stop-signal           waits for any catchable stop signal, prints
@@ -23,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -30,19 +38,26 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|pause|fail N|sleep D|stop-signal|entrypoint-tester")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
 	switch os.Args[1] {
 	case "serve", "netexec", "serve-hostname":
 		serve(args)
+	case "grpc-health":
+		grpcHealth(args)
 	case "pause":
 		waitFor(syscall.SIGTERM, syscall.SIGINT)
+	case "hog":
+		hog(args)
 	case "fail":
 		os.Exit(fail(args))
 	case "sleep":
@@ -75,6 +90,25 @@ func signalName(sig os.Signal) string {
 		}
 	}
 	return sig.String()
+}
+
+func hog(args []string) {
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: testserver hog BYTES")
+		os.Exit(2)
+	}
+	n, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || n < 0 {
+		fmt.Fprintf(os.Stderr, "testserver hog: %q is not a number of bytes\n", args[0])
+		os.Exit(2)
+	}
+	b := make([]byte, n)
+	for i := 0; i < len(b); i += os.Getpagesize() {
+		b[i] = 1
+	}
+	fmt.Printf("holding %d bytes\n", n)
+	waitFor(syscall.SIGTERM, syscall.SIGINT)
+	runtime.KeepAlive(b)
 }
 
 func fail(args []string) int {
@@ -126,14 +160,20 @@ func entrypointTester() {
 func serve(args []string) {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	port := fs.Int("port", 8080, "port to listen on")
+	failAfter := fs.Int64("healthz-fail-after", 0, "answer /healthz with 500 from this many requests on (0: never)")
 	fs.Parse(args)
 
 	var failing atomic.Bool
+	var healthzHits atomic.Int64
 	hostname, _ := os.Hostname()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hostname) })
 	mux.HandleFunc("/hostname", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, hostname) })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if n := healthzHits.Add(1); *failAfter > 0 && n > *failAfter {
+			http.Error(w, "failing after "+strconv.FormatInt(*failAfter, 10)+" requests", http.StatusInternalServerError)
+			return
+		}
 		if failing.Load() {
 			http.Error(w, "failing", http.StatusServiceUnavailable)
 			return
@@ -156,16 +196,43 @@ func serve(args []string) {
 		go func() { time.Sleep(100 * time.Millisecond); os.Exit(code) }()
 	})
 
-	go waitFor(syscall.SIGTERM, syscall.SIGINT)
-	// Listen before saying so: a test waits for the line, then connects.
-	l, err := net.Listen("tcp", fmt.Sprintf(":%d", *port))
-	if err != nil {
+	// Tests read from the log which requests came, and from whom.
+	logged := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Printf("request %s %s user-agent=%q\n", r.Method, r.URL.RequestURI(), r.UserAgent())
+		mux.ServeHTTP(w, r)
+	})
+	l := listen("serve", *port)
+	if err := http.Serve(l, logged); err != nil {
 		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func grpcHealth(args []string) {
+	fs := flag.NewFlagSet("grpc-health", flag.ExitOnError)
+	port := fs.Int("port", 8080, "port to listen on")
+	fs.Parse(args)
+	s := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, hs)
+	l := listen("grpc-health", *port)
+	if err := s.Serve(l); err != nil {
+		fmt.Fprintf(os.Stderr, "testserver grpc-health: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// listen listens on port of every address and says so once it does, so that
+// a test may wait for the line and then connect; SIGTERM or SIGINT end the
+// program.
+func listen(mode string, port int) net.Listener {
+	go waitFor(syscall.SIGTERM, syscall.SIGINT)
+	l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver %s: %v\n", mode, err)
 		os.Exit(1)
 	}
 	fmt.Printf("serving on %s\n", l.Addr())
-	if err := http.Serve(l, mux); err != nil {
-		fmt.Fprintf(os.Stderr, "testserver serve: %v\n", err)
-		os.Exit(1)
-	}
+	return l
 }
