@@ -22,7 +22,7 @@ func TestContainerdHostPort(t *testing.T) {
 	t.Parallel()
 	p := NewContainerdPodvisor(t)
 	p.Start()
-	p.importImages("testserver")
+	importImages(t, p.DataDir, "testserver")
 	ns := p.Namespace("hostport")
 	port := freePort(t)
 	server := func(name string) *v1.Pod {

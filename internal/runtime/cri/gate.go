@@ -17,6 +17,10 @@ import (
 // A pod's teardown (StopPodSandbox: its network; RemovePodSandbox) costs
 // CPU as well and passes the gate before any creation: what it frees comes
 // back first. StopContainer does not pass it: a stop waits out a grace period.
+//
+// Every fairEvery-th place goes to the call that has waited longest,
+// whatever its stage: crash-looping pods restart their containers without
+// end, and a new pod's sandbox must not wait behind them forever.
 
 // stage orders the calls through the gate: a later stage goes first.
 type stage int
@@ -30,10 +34,20 @@ const (
 )
 
 type gate struct {
-	mu      sync.Mutex
-	free    int
-	waiting [stages + 1][]chan struct{} // by stage, each in arrival order
+	mu       sync.Mutex
+	free     int
+	waiting  [stages + 1][]waiter // by stage, each in arrival order
+	arrivals uint64               // numbers the waiters
+	handoffs int
 }
+
+type waiter struct {
+	ch  chan struct{}
+	seq uint64 // arrival number
+}
+
+// fairEvery: one place in fairEvery goes to the longest-waiting call.
+const fairEvery = 4
 
 // newGate lets n calls through at once; n <= 0 means no bound (nil gate).
 func newGate(n int) *gate {
@@ -56,7 +70,8 @@ func (g *gate) enter(ctx context.Context, s stage) error {
 		return nil
 	}
 	ch := make(chan struct{})
-	g.waiting[s] = append(g.waiting[s], ch)
+	g.arrivals++
+	g.waiting[s] = append(g.waiting[s], waiter{ch: ch, seq: g.arrivals})
 	g.mu.Unlock()
 	select {
 	case <-ch:
@@ -65,7 +80,7 @@ func (g *gate) enter(ctx context.Context, s stage) error {
 	}
 	g.mu.Lock()
 	for i, w := range g.waiting[s] {
-		if w == ch {
+		if w.ch == ch {
 			g.waiting[s] = append(g.waiting[s][:i], g.waiting[s][i+1:]...)
 			g.mu.Unlock()
 			return ctx.Err()
@@ -76,19 +91,33 @@ func (g *gate) enter(ctx context.Context, s stage) error {
 	return ctx.Err()
 }
 
-// leave hands the place to the longest waiting call of the latest stage.
+// leave hands the place to the longest waiting call of the latest stage,
+// or, every fairEvery-th time, to the longest waiting call of any stage.
 func (g *gate) leave() {
 	if g == nil {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	pick := 0
 	for s := stages; s > 0; s-- {
-		if q := g.waiting[s]; len(q) > 0 {
-			g.waiting[s] = q[1:]
-			close(q[0])
-			return
+		if len(g.waiting[s]) > 0 && pick == 0 {
+			pick = int(s)
 		}
 	}
-	g.free++
+	if pick == 0 {
+		g.free++
+		return
+	}
+	g.handoffs++
+	if g.handoffs%fairEvery == 0 {
+		for s := stages; s > 0; s-- {
+			if q := g.waiting[s]; len(q) > 0 && q[0].seq < g.waiting[pick][0].seq {
+				pick = int(s)
+			}
+		}
+	}
+	q := g.waiting[pick]
+	g.waiting[pick] = q[1:]
+	close(q[0].ch)
 }

@@ -105,3 +105,36 @@ func TestGateUnboundedWithoutALimit(t *testing.T) {
 	}
 	g.leave()
 }
+
+// A sandbox waiting behind an endless stream of container creations (pods
+// crash-looping) still gets through: every fairEvery-th place goes to the
+// longest waiter.
+func TestGateLetsALongWaitingSandboxThrough(t *testing.T) {
+	g := newGate(1)
+	ctx := context.Background()
+	_ = g.enter(ctx, stageSandbox) // the place is taken
+	got := make(chan string, 1)
+	go func() {
+		_ = g.enter(ctx, stageSandbox)
+		got <- "sandbox"
+	}()
+	waitQueued(t, g, stageSandbox, 1)
+	queueCreate := func() {
+		go func() {
+			_ = g.enter(ctx, stageCreate)
+			got <- "create" // holds the place until the test leaves for it
+		}()
+		waitQueued(t, g, stageCreate, 1)
+	}
+	for handoff := 1; handoff <= 3*fairEvery; handoff++ {
+		queueCreate() // a creation is always waiting
+		g.leave()     // the holder leaves
+		if who := <-got; who == "sandbox" {
+			if handoff > fairEvery {
+				t.Fatalf("the sandbox got through at handoff %d, want within %d", handoff, fairEvery)
+			}
+			return
+		}
+	}
+	t.Fatalf("the sandbox never got through %d handoffs to waiting creations", 3*fairEvery)
+}
