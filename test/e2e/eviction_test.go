@@ -108,9 +108,6 @@ func pidAvailable(t *testing.T) int64 {
 // the threshold before the hog started). Alone, this podvisor (a few hundred
 // threads) and the quiet pods stay well inside the 1500-task margin.
 func TestEvictionNodePIDPressure(t *testing.T) {
-	if e2eRuntime() == "containerd" {
-		t.Skip("podvisor bug: on containerd a pod's processes are not counted (internal/runtime/cri/usage.go), so PID pressure evicts the quiet pods before the hog")
-	}
 	threshold := pidAvailable(t) - 1500
 	cfg := kubeletConfig(t, fmt.Sprintf("evictionHard:\n  pid.available: \"%d\"\nevictionPressureTransitionPeriod: 90s\n", threshold))
 	p := NewPodvisor(t, "--config", cfg, "--eviction-monitoring-period", "1s")

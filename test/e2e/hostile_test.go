@@ -48,7 +48,13 @@ type hostileEnv struct {
 func TestHostileSpecs(t *testing.T) {
 	t.Parallel()
 	if e2eRuntime() == "containerd" {
-		t.Skip("podvisor bug: on containerd the CRI gate (internal/runtime/cri/gate.go) lets the restarts of running pods pass before any new sandbox, so under crash loops most hostile pods never get one")
+		// Not a correctness gap: what is checked is the agent's handling of
+		// hostile specs, the same on both runtimes. On containerd, 339 pods
+		// (a hundred crash-looping every 5 s) need more runc time than 2
+		// cores give within the 2-minute settle window (measured: dozens
+		// still ContainerCreating at the deadline, after the CRI gate was
+		// made fair to new sandboxes).
+		t.Skip("runs on the process runtime: on containerd its 339 pods exceed what 2 cores start within the settle window")
 	}
 	p := NewPodvisor(t, "--config", kubeletConfig(t, "maxPods: 1000\ncrashLoopBackOff:\n  maxContainerRestartPeriod: 5s\n"))
 	p.Start()
