@@ -82,8 +82,8 @@ func importImages(t testing.TB, dataDir string, names ...string) {
 
 // purgeContainerd removes, through the CRI, every pod sandbox the
 // podvisor's containerd still has, with its containers and network, so that
-// a test leaves no container, shim or address behind.
-func purgeContainerd(t *testing.T, dataDir string) {
+// a test leaves no container, shim or address behind. Failures go to logf.
+func purgeContainerd(logf func(format string, args ...any), dataDir string) {
 	paths, err := containerd.PathsFor(dataDir)
 	if err != nil {
 		return
@@ -107,10 +107,10 @@ func purgeContainerd(t *testing.T, dataDir string) {
 	}
 	for _, pod := range pods {
 		if err := rs.StopPodSandbox(ctx, pod.Id); err != nil {
-			t.Logf("purge: stop sandbox %s: %v", pod.Id, err)
+			logf("purge: stop sandbox %s: %v", pod.Id, err)
 		}
 		if err := rs.RemovePodSandbox(ctx, pod.Id); err != nil {
-			t.Logf("purge: remove sandbox %s: %v", pod.Id, err)
+			logf("purge: remove sandbox %s: %v", pod.Id, err)
 		}
 	}
 }

@@ -85,7 +85,7 @@ func (p *Podvisor) newAgent(t *testing.T, name, config string) *Agent {
 	a := &Agent{t: t, server: p, NodeName: name, DataDir: t.TempDir(), Port: freePort(t), Config: config}
 	t.Cleanup(func() {
 		if p.Runtime == "containerd" {
-			purgeContainerd(t, a.DataDir)
+			purgeContainerd(t.Logf, a.DataDir)
 		}
 		a.Stop()
 		killLeftovers(a.DataDir)

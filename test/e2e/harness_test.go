@@ -211,7 +211,7 @@ func (p *Podvisor) Start() {
 	if p.NodeName != "shared-node" {
 		p.t.Cleanup(func() {
 			if p.Runtime == "containerd" {
-				purgeContainerd(p.t, p.DataDir)
+				purgeContainerd(p.t.Logf, p.DataDir)
 			}
 			p.Stop()
 			killLeftovers(p.DataDir)

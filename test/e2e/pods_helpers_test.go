@@ -49,7 +49,8 @@ func Shared(t *testing.T) *Podvisor {
 func stopShared(failed bool) {
 	if shared != nil {
 		if shared.Runtime == "containerd" {
-			purgeContainerd(shared.t, shared.DataDir)
+			// After the tests: no test to log to.
+			purgeContainerd(func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }, shared.DataDir)
 		}
 		shared.Stop()
 		killLeftovers(shared.DataDir)
