@@ -283,7 +283,10 @@ func TestGracefulTermination(t *testing.T) {
 		deleted := time.Now()
 		p.deletePod(t, ns, "hangs", 5)
 		gone := p.waitGone(t, ns, "hangs", time.Minute)
-		if d := gone.Sub(deleted); d < 7*time.Second-time.Second/2 || d > 8*time.Second+time.Second/2 {
+		// Not before grace + 2 s (the semantic); the upper bound only
+		// catches a kill that never came: after SIGKILL, the teardown on
+		// containerd under a loaded CI took up to 1.8 s more.
+		if d := gone.Sub(deleted); d < 7*time.Second-time.Second/2 || d > 11*time.Second {
 			t.Errorf("pod gone %v after delete with grace 5 and a hanging preStop, want 7 s (grace + the 2 s extension)", d)
 		}
 	})
