@@ -75,8 +75,7 @@ func Compute(s Snapshot) Plan {
 	ref := podRef(p.pod)
 	for _, c := range p.containers {
 		st := containerStatus(p.pod, c, ref)
-		switch {
-		case c.ephemeral:
+		if c.ephemeral {
 			st.Ready = false // never ready: no probes, not a part of the pod's readiness
 			ephemeral = append(ephemeral, st)
 			continue

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -15,6 +16,9 @@ import (
 type Manager struct {
 	mount string
 	v2    bool
+	// besteffortSet: the v1 BestEffort cgroup has its shares (written by
+	// the first Ensure, not at every pod's start).
+	besteffortSet atomic.Bool
 }
 
 // v1Hierarchies are the v1 controllers a pod cgroup is made in (the
@@ -46,12 +50,15 @@ func (m *Manager) Ensure(parent string, l Limits) error {
 			return fmt.Errorf("pod cgroup %s: %w", parent, err)
 		}
 	}
-	besteffort := filepath.Join(m.mount, "cpu", Root, "besteffort")
-	if err := os.MkdirAll(besteffort, 0o755); err != nil {
-		return fmt.Errorf("pod cgroup %s: %w", parent, err)
-	}
-	if err := m.write(besteffort, "cpu.shares", strconv.Itoa(MinShares)); err != nil {
-		return err
+	if !m.besteffortSet.Load() {
+		besteffort := filepath.Join(m.mount, "cpu", Root, "besteffort")
+		if err := os.MkdirAll(besteffort, 0o755); err != nil {
+			return fmt.Errorf("pod cgroup %s: %w", parent, err)
+		}
+		if err := m.write(besteffort, "cpu.shares", strconv.Itoa(MinShares)); err != nil {
+			return err
+		}
+		m.besteffortSet.Store(true)
 	}
 	dir := filepath.Join(m.mount, "cpu", parent)
 	if err := m.write(dir, "cpu.shares", strconv.FormatUint(l.CPUShares, 10)); err != nil {

@@ -35,7 +35,7 @@ func (m *Manager) admit(pod *v1.Pod) *admission {
 		}
 	}
 	if m.cfg.Runtime != nil && m.cfg.Runtime.Features().Security {
-		if msg, ok := podsecurity.AdmitAppArmor(pod, m.appArmor()); !ok {
+		if msg, ok := podsecurity.AdmitAppArmor(pod, appArmorEnabled()); !ok {
 			return &admission{podsecurity.ReasonAppArmor, msg}
 		}
 	}
@@ -134,8 +134,6 @@ func podRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	return sum
 }
 
-// appArmorOnce reads once whether the host enforces AppArmor (the kubelet
-// checks at start; a restart is needed to change it).
-var appArmorOnce = sync.OnceValue(podsecurity.AppArmorEnabled)
-
-func (m *Manager) appArmor() bool { return appArmorOnce() }
+// appArmorEnabled reads once whether the host enforces AppArmor (the
+// kubelet checks at start; a restart is needed to change it).
+var appArmorEnabled = sync.OnceValue(podsecurity.AppArmorEnabled)

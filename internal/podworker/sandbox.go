@@ -150,8 +150,8 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 	}()
 }
 
-// stopSandboxes stops the pod's sandboxes, but keep, that this worker has
-// not stopped yet (ready ones once the pod is done, dead ones whose network
+// stopSandboxes stops the pod's sandboxes other than keep that this worker
+// has not stopped yet (ready ones once the pod is done, dead ones whose network
 // is still held). A stop that fails (a CNI plugin's error) is tried again
 // sandboxRetry later (stopOldSandboxes, or at done): until then the
 // sandbox's address stays taken.

@@ -61,15 +61,13 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	var budget expansion.Budget // env and command together
 	w.mu.Lock()
 	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
-	var target string
-	if name := ephemeralTarget(pod, c.Name); name != "" {
-		if list := w.instances[name]; len(list) > 0 && list[len(list)-1].State == runtime.StateRunning {
-			target = list[len(list)-1].ID
-		}
+	targetName, target := ephemeralTarget(pod, c.Name), ""
+	if list := w.instances[targetName]; targetName != "" && len(list) > 0 && list[len(list)-1].State == runtime.StateRunning {
+		target = list[len(list)-1].ID
 	}
 	w.mu.Unlock()
-	if name := ephemeralTarget(pod, c.Name); name != "" && target == "" {
-		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: its target container %q is not running", c.Name, name)}
+	if targetName != "" && target == "" {
+		return runtime.ContainerSpec{}, configError{fmt.Sprintf("container %q: its target container %q is not running", c.Name, targetName)}
 	}
 	env, err := w.m.containerEnv(ctx, pod, c, podIP, &budget)
 	if err != nil {

@@ -26,13 +26,22 @@ func (r *Runtime) seed(ctx context.Context) error {
 		r.remember(c.Id, metaOf(c.GetLabels(), c.GetAnnotations(), name))
 		r.events.seed(c.Id, uid, name, containerState(c.GetState()))
 	}
+	if err := r.eachPodSandbox(ctx, r.events.seedSandbox); err != nil {
+		return classify(err, "cri runtime %s: list sandboxes", r.cfg.Endpoint)
+	}
+	return nil
+}
+
+// eachPodSandbox calls fn with every pod's sandbox: its ID, pod UID and
+// readiness.
+func (r *Runtime) eachPodSandbox(ctx context.Context, fn func(id, podUID string, ready bool)) error {
 	sandboxes, err := r.rs.ListPodSandbox(quiet(ctx), nil)
 	if err != nil {
-		return classify(err, "cri runtime %s: list sandboxes", r.cfg.Endpoint)
+		return err
 	}
 	for _, sb := range sandboxes {
 		if uid := sb.GetLabels()[labelPodUID]; uid != "" {
-			r.events.seedSandbox(sb.Id, uid, sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY)
+			fn(sb.Id, uid, sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY)
 		}
 	}
 	return nil
@@ -76,14 +85,8 @@ func (r *Runtime) relistOnce(ctx context.Context) error {
 			r.events.observe(c.Id, uid, c.GetMetadata().GetName(), containerState(c.GetState()))
 		}
 	}
-	sandboxes, err := r.rs.ListPodSandbox(quiet(ctx), nil)
-	if err != nil {
+	if err := r.eachPodSandbox(ctx, r.events.observeSandbox); err != nil {
 		return classify(err, "list sandboxes")
-	}
-	for _, sb := range sandboxes {
-		if uid := sb.GetLabels()[labelPodUID]; uid != "" {
-			r.events.observeSandbox(sb.Id, uid, sb.GetState() == runtimeapi.PodSandboxState_SANDBOX_READY)
-		}
 	}
 	r.events.endRelist(gen)
 	// Containers removed behind this runtime's back: what it kept of them

@@ -100,8 +100,8 @@ func (g *gate) leave() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	pick := 0
-	for s := stages; s > 0; s-- {
-		if len(g.waiting[s]) > 0 && pick == 0 {
+	for s := stages; s > 0 && pick == 0; s-- {
+		if len(g.waiting[s]) > 0 {
 			pick = int(s)
 		}
 	}

@@ -51,11 +51,7 @@ func newTracker() *tracker {
 // seed records states without making events: what the agent learns from
 // List instead.
 func (t *tracker) seed(id, podUID, name string, s runtime.State) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.known[id]; !ok {
-		t.known[id] = &tracked{podUID: podUID, name: name, state: s, gen: t.gen}
-	}
+	t.seedTracked(id, &tracked{podUID: podUID, name: name, state: s})
 }
 
 // observe records that container id is in state s, and queues an event if
@@ -67,23 +63,30 @@ func (t *tracker) observe(id, podUID, name string, s runtime.State) {
 // observeSandbox records the state of sandbox id, and queues an event when
 // it stopped.
 func (t *tracker) observeSandbox(id, podUID string, ready bool) {
-	s := runtime.StateExited
-	if ready {
-		s = runtime.StateRunning
-	}
-	t.record(id, podUID, "", s, true)
+	t.record(id, podUID, "", sandboxTrackState(ready), true)
 }
 
 // seedSandbox records a sandbox's state without making an event.
 func (t *tracker) seedSandbox(id, podUID string, ready bool) {
-	s := runtime.StateExited
+	t.seedTracked(id, &tracked{podUID: podUID, state: sandboxTrackState(ready), sandbox: true})
+}
+
+// sandboxTrackState is how a sandbox's readiness is tracked.
+func sandboxTrackState(ready bool) runtime.State {
 	if ready {
-		s = runtime.StateRunning
+		return runtime.StateRunning
 	}
+	return runtime.StateExited
+}
+
+// seedTracked records c for id unless id is known, in the current relist
+// generation.
+func (t *tracker) seedTracked(id string, c *tracked) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.known[id]; !ok {
-		t.known[id] = &tracked{podUID: podUID, state: s, gen: t.gen, sandbox: true}
+		c.gen = t.gen
+		t.known[id] = c
 	}
 }
 
