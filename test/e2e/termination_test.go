@@ -377,12 +377,16 @@ func TestGracefulTermination(t *testing.T) {
 		p.deletePod(t, ns, "shortened", 100)
 		p.waitPod(t, ns, "shortened", 10*time.Second, "Terminating", func(pod *v1.Pod) bool { return pod.DeletionTimestamp != nil })
 		time.Sleep(time.Second) // let the agent start the 100 s stop
+		final, stop := p.watchFinal(t, ns, "shortened", time.Minute)
+		defer stop()
 		second := time.Now()
 		p.deletePod(t, ns, "shortened", 3)
-		gone := p.waitGone(t, ns, "shortened", time.Minute)
-		if d := gone.Sub(second); d > 6*time.Second {
-			t.Errorf("pod gone %v after the second delete with grace 3", d)
+		last := final()
+		term := containerStatus(last, "c").State.Terminated
+		if term == nil || term.ExitCode != 137 {
+			t.Fatalf("final status: %s", describe(last))
 		}
+		checkKilledAt(t, term, second, 3*time.Second)
 	})
 }
 
