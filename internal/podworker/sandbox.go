@@ -101,11 +101,14 @@ func sortSandboxes(list []runtime.SandboxStatus) {
 }
 
 // runSandbox makes a new sandbox (Attempt one past the newest) on its own
-// goroutine; one at a time, and not before a failed one's retry time.
+// goroutine; one at a time, and not before a failed one's retry time. The
+// core asks for one only while the newest sandbox is not ready, but its
+// decision may predate a sandbox that another run just made: that one is
+// kept, not stopped and replaced.
 func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 	now := w.m.cfg.Clock.Now()
 	w.mu.Lock()
-	if w.sandboxBusy || now.Before(w.sandboxRetryAt) {
+	if w.sandboxBusy || now.Before(w.sandboxRetryAt) || w.sandboxReadyLocked() {
 		w.mu.Unlock()
 		return
 	}
