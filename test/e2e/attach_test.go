@@ -13,18 +13,19 @@ import (
 	"github.com/podvisor/podvisor/test/images"
 )
 
-// stdin, stdinOnce and tty on containerd, driven by the real kubectl:
+// stdin, stdinOnce and tty on either runtime, driven by the real kubectl:
 // `kubectl run -i` feeds the container's stdin and prints what it answers;
 // `kubectl attach -i` reaches a running container's stdin (closed when the
-// session ends, with stdinOnce); a tty container runs on a terminal.
-func TestContainerdStdinAttachAndTTY(t *testing.T) {
+// session ends, with stdinOnce); a tty container runs on a terminal. (On
+// the process runtime the image is not used: sh is the host's.)
+func TestStdinAttachAndTTY(t *testing.T) {
 	t.Parallel()
-	p := NewContainerdPodvisor(t)
+	p := NewPodvisor(t)
 	p.Start()
 	ns := p.Namespace("attach")
 
 	out, errOut, code := p.kubectl(t, "hello\n", nil, "-n", ns, "run", "reader", "-i", "--restart=Never",
-		"--image="+images.BusyboxImage, "--image-pull-policy=IfNotPresent", "--", "sh", "-c", "read line; echo got:$line")
+		"--image="+images.BusyboxImage, "--image-pull-policy=IfNotPresent", "--command", "--", "sh", "-c", "read line; echo got:$line")
 	if code != 0 || !strings.Contains(out, "got:hello") {
 		t.Errorf("kubectl run -i: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -49,7 +50,7 @@ func TestContainerdStdinAttachAndTTY(t *testing.T) {
 
 	// kubectl run -it on a terminal (script gives kubectl one), as a user
 	// types it; --rm deletes the pod afterwards.
-	cmdline := fmt.Sprintf("%s kubectl --kubeconfig %s -n %s run shell -it --rm --restart=Never --image=%s --image-pull-policy=IfNotPresent -- sh -c 'read x; echo tty-got:$x'",
+	cmdline := fmt.Sprintf("%s kubectl --kubeconfig %s -n %s run shell -it --rm --restart=Never --image=%s --image-pull-policy=IfNotPresent --command -- sh -c 'read x; echo tty-got:$x'",
 		binary, filepath.Join(p.DataDir, "admin.kubeconfig"), ns, images.BusyboxImage)
 	term := exec.Command("script", "-qec", cmdline, "/dev/null")
 	term.Stdin = strings.NewReader("hello\r")

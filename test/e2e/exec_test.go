@@ -154,9 +154,7 @@ func TestKubectlExec(t *testing.T) {
 		{"-n " + ns + " exec nosuch -- true", `pods "nosuch" not found`},
 		{"-n " + ns + " exec two -c nosuch -- true", "container nosuch is not valid for pod two"},
 		{"-n " + ns + " exec half -c done -- true", `container not found ("done")`},
-	}
-	if p.Runtime == "process" { // containerd attaches
-		bad = append(bad, struct{ what, stderr string }{"-n " + ns + " attach two -c a", "attach is not supported by the process runtime"})
+		{"-n " + ns + " attach half -c done", `container not found ("done")`},
 	}
 	for _, tc := range bad {
 		_, e, code := p.kubectl(t, "", nil, strings.Fields(tc.what)...)

@@ -251,8 +251,9 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Status, error) {
 	return out, nil
 }
 
-// Features: mounts (a private mount namespace), limits (cgroups) and users
-// all need root; limits also need cgroups.
+// Features: stdin, tty and attach (the shim keeps them) always; mounts (a
+// private mount namespace), limits (cgroups) and users need root; limits
+// also need cgroups.
 func (r *Runtime) Features() runtime.Features {
 	root := os.Geteuid() == 0
 	limits := false
@@ -260,7 +261,7 @@ func (r *Runtime) Features() runtime.Features {
 		_, err := selfCgroups()
 		limits = err == nil
 	}
-	return runtime.Features{Mounts: root, Limits: limits, Users: root}
+	return runtime.Features{Mounts: root, Limits: limits, Users: root, Stdin: true}
 }
 
 // Info: container IDs show as podvisor://<id>.

@@ -3,6 +3,7 @@ package process
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -69,6 +70,8 @@ type started struct {
 	cgroups cgroupSet
 	logs    *criLog
 	copying sync.WaitGroup // stdout and stderr copiers
+	hub     *attachHub     // attach sessions
+	tty     *os.File       // the terminal's master, with TTY
 }
 
 func (s *shim) run(ready *os.File) error {
@@ -131,6 +134,7 @@ func (s *shim) run(ready *os.File) error {
 	mainPid.Store(0)
 	s.killRest(c)
 	s.drainLogs(c)
+	c.hub.close() // sessions end after the last output
 
 	st.State = runtime.StateExited.String()
 	st.FinishedAt = s.clock.Now()
@@ -185,6 +189,9 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		if !ok {
 			logs.Close()
 			c.cgroups.remove()
+			if c.hub != nil {
+				c.hub.close()
+			}
 		}
 	}()
 
@@ -219,15 +226,23 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		outW.Close()
 		return nil, err
 	}
-	stdin, err := os.Open(os.DevNull)
+	attr := &os.ProcAttr{
+		Dir: cwd,
+		Env: env,
+		Sys: &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.Spec.User)},
+	}
+	stdin, err := s.stdio(c, cfg, attr, outW, errW)
 	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
 		return nil, err
 	}
-	attr := &os.ProcAttr{
-		Dir:   cwd,
-		Env:   env,
-		Files: []*os.File{stdin, outW, errW},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: credential(cfg.Spec.User)},
+	if c.tty != nil {
+		outR.Close() // the terminal is the only output
+		errR.Close()
+		outR, errR = c.tty, nil
 	}
 	startFn := func() (*os.Process, error) { return s.startInCgroup(c.cgroups, own, bin, argv, attr) }
 	switch mounts := containerMounts(cfg); {
@@ -247,12 +262,75 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		errR.Close()
 		return nil, err
 	}
-	c.copying.Add(2)
-	go func() { defer c.copying.Done(); defer outR.Close(); logs.copyStream("stdout", outR) }()
-	go func() { defer c.copying.Done(); defer errR.Close(); logs.copyStream("stderr", errR) }()
+	c.copying.Go(func() {
+		defer outR.Close()
+		logs.copyStream("stdout", io.TeeReader(outR, c.hub.output(frameStdout)))
+	})
+	if errR != nil {
+		c.copying.Go(func() {
+			defer errR.Close()
+			logs.copyStream("stderr", io.TeeReader(errR, c.hub.output(frameStderr)))
+		})
+	}
 	ok = true
 	return c, nil
 }
+
+// stdio gives the container its stdin, stdout and stderr in attr, and
+// starts serving attach sessions: stdin is /dev/null unless the container
+// has stdin (a pipe the shim writes); with TTY all three are a fresh
+// pseudo-terminal whose master the shim keeps (in c.tty), and the
+// container's process leads a session with that terminal as its controlling
+// one. It returns what the shim closes once the process has started.
+func (s *shim) stdio(c *started, cfg instanceConfig, attr *os.ProcAttr, outW, errW *os.File) (*os.File, error) {
+	var child *os.File
+	var toContainer io.WriteCloser
+	switch {
+	case cfg.Spec.TTY:
+		master, slave, err := openPTY()
+		if err != nil {
+			return nil, fmt.Errorf("pseudo-terminal: %w", err)
+		}
+		c.tty, child = master, slave
+		attr.Files = []*os.File{slave, slave, slave}
+		attr.Sys.Setpgid = false
+		attr.Sys.Setsid, attr.Sys.Setctty, attr.Sys.Ctty = true, true, 0
+		if cfg.Spec.Stdin {
+			toContainer = nopCloser{master} // the terminal stays: its end is the copier's
+		}
+	case cfg.Spec.Stdin:
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		child, toContainer = r, w
+		attr.Files = []*os.File{r, outW, errW}
+	default:
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		child = null
+		attr.Files = []*os.File{null, outW, errW}
+	}
+	hub, err := listenAttach(string(s.dir), toContainer, c.tty, cfg.Spec.StdinOnce, s.log)
+	if err != nil {
+		child.Close()
+		if toContainer != nil {
+			toContainer.Close()
+		}
+		if c.tty != nil {
+			c.tty.Close()
+		}
+		return nil, err
+	}
+	c.hub = hub
+	return child, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
 
 // startInCgroup starts the process inside cg from its first instruction: the
 // shim joins cg, forks, and goes back to its own cgroups, so the shim is

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -19,10 +21,6 @@ import (
 	"github.com/podvisor/podvisor/internal/disconnect"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
-
-// ErrAttachUnsupported is returned (wrapped) by GetAttach: the shim does not
-// keep the main process's stdin, so there is nothing to attach to yet.
-var ErrAttachUnsupported = errors.New("attach is not supported by the process runtime: its containers have no stdin or terminal to attach to; use kubectl logs -f to follow the output, or kubectl exec")
 
 // StreamServer serves the runtime's exec and port-forward sessions with
 // upstream's CRI streaming server (SPDY and WebSocket), on a random loopback
@@ -87,12 +85,18 @@ func (s *StreamServer) GetExec(ctx context.Context, req runtime.ExecRequest) (*u
 	return url.Parse(resp.Url)
 }
 
-// GetAttach always fails with ErrAttachUnsupported for a running container.
+// GetAttach checks that the container runs and returns the URL of the session.
 func (s *StreamServer) GetAttach(ctx context.Context, req runtime.AttachRequest) (*url.URL, error) {
 	if err := s.checkRunning(ctx, req.ContainerID); err != nil {
 		return nil, err
 	}
-	return nil, fmt.Errorf("container %s: %w", req.ContainerID, ErrAttachUnsupported)
+	resp, err := s.srv.GetAttach(&runtimeapi.AttachRequest{
+		ContainerId: req.ContainerID, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Tty: req.TTY,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return url.Parse(resp.Url)
 }
 
 // GetPortForward returns the URL of a session forwarding to ports of the
@@ -155,8 +159,26 @@ func (s sessions) Exec(ctx context.Context, id string, cmd []string, in io.Reade
 	return nil
 }
 
-func (s sessions) Attach(_ context.Context, id string, _ io.Reader, _, _ io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize) error {
-	return fmt.Errorf("container %s: %w", id, ErrAttachUnsupported)
+// Attach relays the session to the container's shim, which holds its stdin
+// and output (attach.go).
+func (s sessions) Attach(ctx context.Context, id string, in io.Reader, out, errOut io.WriteCloser, _ bool, resize <-chan remotecommand.TerminalSize) error {
+	// Streams not requested arrive as nil interfaces.
+	var sin io.Reader
+	var sout, serr io.Writer
+	if in != nil {
+		sin = in
+	}
+	if out != nil {
+		sout = out
+	}
+	if errOut != nil {
+		serr = errOut
+	}
+	err := attach(ctx, filepath.Join(s.r.root, id), sin, sout, serr, resize)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("container %s is not running: %w", id, runtime.ErrConflict)
+	}
+	return err
 }
 
 // portForwardGrace is how long the other direction may go on once one ended,

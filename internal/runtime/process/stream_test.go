@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -86,14 +87,163 @@ func TestStreamServerRefusesExecInAStoppedContainer(t *testing.T) {
 	}
 }
 
-func TestStreamServerAttachIsNotSupported(t *testing.T) {
+func attachTo(t *testing.T, s *StreamServer, id string, opts remotecommand.StreamOptions) error {
+	t.Helper()
+	u, err := s.GetAttach(context.Background(), runtime.AttachRequest{ContainerID: id,
+		Stdin: opts.Stdin != nil, Stdout: opts.Stdout != nil, Stderr: opts.Stderr != nil, TTY: opts.Tty})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := newExecutor(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.StreamWithContext(ctx, opts)
+}
+
+// stdinOnce without a terminal: the end of the session's stdin is the end
+// of the container's, and the session goes on until the container exits.
+func TestStreamServerAttachStdinOnce(t *testing.T) {
 	r := newRuntime(t, t.TempDir())
 	s := startStreamServer(t, r)
-	id := run(t, r, testSpec(t, "sleep", "30"))
-	if _, err := s.GetAttach(context.Background(), runtime.AttachRequest{ContainerID: id, Stdout: true}); !errors.Is(err, ErrAttachUnsupported) {
-		t.Errorf("got %v", err)
+	spec := testSpec(t, "sh", "-c", "read line; echo got:$line; cat; echo eof >&2; exit 3")
+	spec.Stdin, spec.StdinOnce = true, true
+	id := run(t, r, spec)
+	var out, errOut bytes.Buffer
+	if err := attachTo(t, s, id, remotecommand.StreamOptions{Stdin: strings.NewReader("one\ntwo\n"), Stdout: &out, Stderr: &errOut}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "got:one\ntwo\n" || errOut.String() != "eof\n" {
+		t.Errorf("stdout %q, stderr %q", out.String(), errOut.String())
+	}
+	if st := waitExit(t, r, id); st.ExitCode != 3 {
+		t.Errorf("exit code %d, want 3: stdin was closed, the container ended", st.ExitCode)
+	}
+	// The log has what the session saw.
+	b, err := os.ReadFile(spec.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if !strings.Contains(log, " stdout F got:one\n") || !strings.Contains(log, " stderr F eof\n") {
+		t.Errorf("log:\n%s", log)
+	}
+	// The socket went with the container.
+	if _, err := s.GetAttach(context.Background(), runtime.AttachRequest{ContainerID: id, Stdout: true}); !errors.Is(err, runtime.ErrConflict) {
+		t.Errorf("attach to an exited container: %v, want runtime.ErrConflict", err)
 	}
 }
+
+// Without stdinOnce, the end of a session's stdin ends that session only:
+// the container keeps its stdin for the next one.
+func TestStreamServerAttachStdinStaysOpen(t *testing.T) {
+	r := newRuntime(t, t.TempDir())
+	s := startStreamServer(t, r)
+	spec := testSpec(t, "sh", "-c", "while read line; do echo got:$line; done; echo bye")
+	spec.Stdin = true
+	id := run(t, r, spec)
+	for _, word := range []string{"first", "second"} {
+		out := &syncBuffer{}
+		pr, pw := io.Pipe()
+		go func() {
+			io.WriteString(pw, word+"\n")
+			// Close stdin once the answer came back, so the session ends.
+			for i := 0; i < 500 && !strings.Contains(out.String(), "got:"+word); i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+			pw.Close()
+		}()
+		if err := attachTo(t, s, id, remotecommand.StreamOptions{Stdin: pr, Stdout: out}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out.String(), "got:"+word) {
+			t.Errorf("session %s: stdout %q", word, out.String())
+		}
+		if st, err := r.Status(context.Background(), id); err != nil || st.State != runtime.StateRunning {
+			t.Fatalf("after session %s: %+v %v, want still running with its stdin open", word, st, err)
+		}
+	}
+}
+
+// With a terminal: one output, the process's controlling terminal (so its
+// size follows the client's), and output sessions side by side.
+func TestStreamServerAttachTerminal(t *testing.T) {
+	r := newRuntime(t, t.TempDir())
+	s := startStreamServer(t, r)
+	// It says "sized" once the client's size reached its terminal.
+	spec := testSpec(t, "sh", "-c", `until [ "$(stty size)" = "45 123" ]; do sleep 0.05; done; echo sized; read line; echo got:$line >&2; read line`)
+	spec.Stdin, spec.StdinOnce, spec.TTY = true, true, true
+	id := run(t, r, spec)
+
+	// A watcher without stdin sees the same output.
+	watched := &syncBuffer{}
+	watching := make(chan error, 1)
+	go func() { watching <- attachTo(t, s, id, remotecommand.StreamOptions{Stdout: watched, Tty: true}) }()
+
+	sizes := make(sizeQueue, 1)
+	sizes <- &remotecommand.TerminalSize{Width: 123, Height: 45}
+	pr, pw := io.Pipe()
+	out := &syncBuffer{}
+	waitOut := func(s string) {
+		for i := 0; i < 1000 && !strings.Contains(out.String(), s); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	go func() {
+		waitOut("sized")
+		io.WriteString(pw, "hello\n")
+		waitOut("got:hello")
+		io.WriteString(pw, "\n") // the second read: the container exits
+		close(sizes)
+	}()
+	if err := attachTo(t, s, id, remotecommand.StreamOptions{Stdin: pr, Stdout: out, Tty: true, TerminalSizeQueue: sizes}); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	got := out.String()
+	if !strings.Contains(got, "sized\r\n") || !strings.Contains(got, "got:hello\r\n") {
+		t.Errorf("terminal output %q, want sized (the client's size) and got:hello (stderr on the terminal)", got)
+	}
+	if !strings.Contains(got, "hello\r\n") {
+		t.Errorf("terminal output %q: the terminal did not echo the input", got)
+	}
+	if err := <-watching; err != nil {
+		t.Fatal(err)
+	}
+	if w := watched.String(); !strings.Contains(w, "got:hello") {
+		t.Errorf("the watching session saw %q", w)
+	}
+	waitExit(t, r, id)
+}
+
+// The shim outlives the agent: a runtime opened again on the same root (an
+// agent restart) attaches to a container it re-adopted.
+func TestStreamServerAttachAfterAgentRestart(t *testing.T) {
+	root := t.TempDir()
+	r := newRuntime(t, root)
+	spec := testSpec(t, "sh", "-c", "while read line; do echo got:$line; done")
+	spec.Stdin, spec.StdinOnce = true, true
+	id := run(t, r, spec)
+	r.Close()
+	r2 := newRuntime(t, root)
+	s := startStreamServer(t, r2)
+	var out bytes.Buffer
+	if err := attachTo(t, s, id, remotecommand.StreamOptions{Stdin: strings.NewReader("again\n"), Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "got:again\n" {
+		t.Errorf("stdout %q", out.String())
+	}
+	if st := waitExit(t, r2, id); st.ExitCode != 0 {
+		t.Errorf("exit %d", st.ExitCode)
+	}
+}
+
+type sizeQueue chan *remotecommand.TerminalSize
+
+func (q sizeQueue) Next() *remotecommand.TerminalSize { return <-q }
 
 func TestStreamServerForwardsToTheHostsLoopback(t *testing.T) {
 	r := newRuntime(t, t.TempDir())
