@@ -66,6 +66,7 @@ type Agent struct {
 	runtime     runtime.Runtime
 	streams     runtime.Streamer
 	containerd  *containerd.Process // when podvisor runs the runtime itself
+	stopExits   context.CancelFunc  // ends the watch of containerd's task exits
 	cgroups     *podcgroup.Manager  // pod-level cgroups; nil: none
 	workers     *podworker.Manager
 	probes      *probe.Manager

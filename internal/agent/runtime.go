@@ -110,6 +110,15 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 		a.stopContainerd()
 		return fmt.Errorf("CRI runtime at %s: %w", endpoint, err)
 	}
+	if a.containerd != nil {
+		// Exits straight from containerd: the CRI reports them only after
+		// containerd's own handling of each (cri/exits.go).
+		ctx, cancel := context.WithCancel(context.Background())
+		a.stopExits = cancel
+		go a.containerd.WatchTaskExits(ctx, func(e containerd.TaskExit) {
+			r.ObserveTaskExit(e.ContainerID, e.ExitStatus, e.ExitedAt)
+		})
+	}
 	a.runtime, a.streams = r, r
 	return nil
 }
@@ -136,6 +145,9 @@ func (a *Agent) runtimeVersion() string {
 // stopContainerd stops podvisor's containerd, if it runs one; the
 // containers go on running and are re-adopted by the next start.
 func (a *Agent) stopContainerd() {
+	if a.stopExits != nil {
+		a.stopExits()
+	}
 	if a.containerd == nil {
 		return
 	}

@@ -80,6 +80,7 @@ type Runtime struct {
 	mu         sync.Mutex
 	sandboxes  map[string]*sandboxEntry
 	containers map[string]containerMeta
+	early      map[string]earlyExit // exits the CRI does not report yet (exits.go)
 }
 
 var (
@@ -149,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		relist:     make(chan struct{}, 1),
 		sandboxes:  map[string]*sandboxEntry{},
 		containers: map[string]containerMeta{},
+		early:      map[string]earlyExit{},
 	}
 	if err := r.seed(ctx); err != nil {
 		r.Close()

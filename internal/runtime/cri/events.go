@@ -98,6 +98,7 @@ func (r *Runtime) relistOnce(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
+	r.pruneEarlyExits(r.clock.Now())
 	return nil
 }
 

@@ -64,7 +64,8 @@ func (f *fakeCRI) CreateContainer(_ context.Context, req *runtimeapi.CreateConta
 	defer f.mu.Unlock()
 	id := fmt.Sprintf("container%d", len(f.containers))
 	f.containers[id] = &runtimeapi.ContainerStatus{Id: id, Metadata: req.Config.Metadata, State: runtimeapi.ContainerState_CONTAINER_CREATED,
-		Labels: req.Config.Labels, Annotations: req.Config.Annotations}
+		CreatedAt: time.Now().UnixNano(), Labels: req.Config.Labels, Annotations: req.Config.Annotations,
+		Image: &runtimeapi.ImageSpec{Image: req.Config.GetImage().GetImage()}, ImageRef: req.Config.GetImage().GetImage()}
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 
@@ -72,6 +73,7 @@ func (f *fakeCRI) StartContainer(_ context.Context, req *runtimeapi.StartContain
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.containers[req.ContainerId].State = runtimeapi.ContainerState_CONTAINER_RUNNING
+	f.containers[req.ContainerId].StartedAt = time.Now().UnixNano()
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 

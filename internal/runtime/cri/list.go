@@ -26,7 +26,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 	r.mu.Unlock()
 	// Not recorded in the tracker: a caller that reads a status and drops
 	// it must not swallow the event of an exit.
-	return st, nil
+	return r.withEarlyExit(st), nil
 }
 
 // listConcurrency bounds the status calls of one List.

@@ -1,0 +1,120 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// An exit heard from containerd before the CRI reports it: the container is
+// exited at once, with that status and time, and the CRI's own report
+// takes over when it comes.
+func TestAnEarlyExitIsReportedBeforeTheCRIs(t *testing.T) {
+	r, f := fakeRuntime(t, time.Hour)
+	id := fakeContainer(t, r)
+	at := time.Now().Add(-time.Millisecond).Round(0)
+	r.ObserveTaskExit(id, 3, at)
+	ev := waitEvent(t, r, id, runtime.StateExited, 5*time.Second)
+	if ev.PodUID != "u1" || ev.Name != "c" {
+		t.Errorf("event %+v does not name the container", ev)
+	}
+	st, err := r.Status(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateExited || st.ExitCode != 3 || !st.FinishedAt.Equal(at) || st.Reason != "" {
+		t.Errorf("status %+v while the CRI still says running, want exited 3 at %v", st, at)
+	}
+	// The CRI reports the exit: its status is the one.
+	exitInFake(f, id)
+	if st, _ := r.Status(context.Background(), id); st.State != runtime.StateExited || st.FinishedAt.Equal(at) {
+		t.Errorf("status %+v, want the CRI's", st)
+	}
+	r.mu.Lock()
+	left := len(r.early)
+	r.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d early exits kept after the CRI reported them", left)
+	}
+}
+
+// SIGKILL's status may be an OOM kill, which containerd tells only once it
+// handled the exit; so is an unknown container (an exec, a sandbox) ignored.
+func TestEarlyExitsLeaveKillsAndStrangersToTheCRI(t *testing.T) {
+	r, _ := fakeRuntime(t, time.Hour)
+	id := fakeContainer(t, r)
+	r.ObserveTaskExit(id, 137, time.Now())
+	r.ObserveTaskExit("sandbox-or-exec", 0, time.Now())
+	select {
+	case ev := <-r.Events():
+		t.Errorf("unexpected event %+v", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if st, _ := r.Status(context.Background(), id); st.State != runtime.StateRunning {
+		t.Errorf("status %+v, want running until the CRI says otherwise", st)
+	}
+}
+
+// On podvisor's containerd, task exits reach the runtime before the CRI's
+// own report, with the CRI's status and time.
+func TestEarlyExitsFromContainerd(t *testing.T) {
+	c := needContainerd(t)
+	e, ok := c.daemon.(*embedded)
+	if !ok {
+		t.Skip("an external containerd: podvisor watches task exits only on its own")
+	}
+	r, ctx, pod := podFixture(t)
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go e.p.WatchTaskExits(watchCtx, func(x containerd.TaskExit) { r.ObserveTaskExit(x.ContainerID, x.ExitStatus, x.ExitedAt) })
+	// The first container gives the watch time to subscribe: an exit
+	// before that is seen only through the CRI.
+	for i := range 6 {
+		id := createStart(t, r, pod.container(fmt.Sprintf("early%d", i), "sh", "-c", "sleep 0.3; exit 4"))
+		waitEvent(t, r, id, runtime.StateExited, 10*time.Second)
+		received := time.Now()
+		r.mu.Lock()
+		_, early := r.early[id]
+		r.mu.Unlock()
+		if !early {
+			if i > 0 {
+				t.Errorf("the exit of %s came through the CRI, not early", id)
+			}
+			continue
+		}
+		first, err := r.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.State != runtime.StateExited || first.ExitCode != 4 {
+			t.Fatalf("status after the exit event %+v, want exited 4", first)
+		}
+		t.Logf("exit → event: %v", received.Sub(first.FinishedAt))
+		// The CRI's report, when it comes, says the same.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			r.mu.Lock()
+			_, pending := r.early[id]
+			r.mu.Unlock()
+			if !pending {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the CRI never reported the exit of %s", id)
+			}
+			time.Sleep(10 * time.Millisecond)
+			r.Status(ctx, id)
+		}
+		cri, err := r.Status(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cri.ExitCode != first.ExitCode || !cri.FinishedAt.Equal(first.FinishedAt) || cri.Reason != first.Reason {
+			t.Errorf("the CRI says %+v, the early exit said %+v", cri, first)
+		}
+	}
+}
