@@ -14,6 +14,8 @@ Usage:
   podvisor node shutdown|cancel|status
                              gracefully shut the node down (without systemd-logind), or cancel
   podvisor kubectl ARGS...   run kubectl against the local podvisor
+  podvisor timeline [-n NS] POD [-o table|json|trace] [-w]
+                             every step of a pod's lifecycle, to the millisecond
   podvisor image import|ls   import images from tars into the node's containerd, list them
   podvisor version           print versions
 
@@ -38,6 +40,8 @@ func main() {
 		kubectl(args) // exits
 	case "image":
 		err = runImage(args)
+	case "timeline":
+		err = runTimeline(args)
 	case shimCommand:
 		shim(args) // exits
 	case containerdCommand:

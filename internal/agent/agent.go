@@ -41,6 +41,7 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
+	"github.com/podvisor/podvisor/internal/timeline"
 )
 
 // Config is what the agent needs to run.
@@ -71,6 +72,7 @@ type Agent struct {
 	workers     *podworker.Manager
 	probes      *probe.Manager
 	status      *status.Manager
+	timeline    *timeline.Recorder
 	source      *podsource.Source
 	events      record.EventBroadcaster
 	metrics     *prometheus.Registry
@@ -134,7 +136,14 @@ func New(cfg Config) (*Agent, error) {
 	}
 
 	a.events = record.NewBroadcaster()
-	recorder := a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
+	// Every step of a pod, to the millisecond: the events the agent emits
+	// for it and each status it reports (timeline package).
+	a.timeline, err = timeline.New(timeline.Config{Dir: filepath.Join(agentDir, "timeline"), Log: cfg.Log})
+	if err != nil {
+		return nil, err
+	}
+	var recorder record.EventRecorder = timeline.Events{
+		Next: a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), Rec: a.timeline}
 
 	var source *podsource.Source
 	a.status = status.New(client, func(uid types.UID) (*v1.Pod, bool) {
@@ -161,7 +170,8 @@ func New(cfg Config) (*Agent, error) {
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
 		MaxPods: cfg.Kubelet.MaxPods, Allocatable: a.allocatable, Node: a.getNode,
-		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}), Status: a.status, Recorder: recorder, Client: client,
+		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}),
+		Status: &timeline.Statuses{Next: a.status, Rec: a.timeline}, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
 		DNS:      podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
 		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
@@ -220,6 +230,7 @@ func New(cfg Config) (*Agent, error) {
 		Streams:      streams{Streamer: a.streams, runtime: a.runtime},
 		Metrics:      a.metrics,
 		Shutdown:     a.shutdown.Handler(),
+		Timeline:     a.timeline.Get,
 		Log:          cfg.Log,
 	})
 	if err != nil {
@@ -284,6 +295,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.source.Start(ctx); err != nil {
 		return err
 	}
+	// Timelines of pods deleted while the agent was down go.
+	a.timeline.Keep(a.source.UIDs())
 	// The system bus, or DBUS_SYSTEM_BUS_ADDRESS when set.
 	go a.shutdown.WatchLogind(ctx, "")
 	// The source has handed over every pod of its first list, so each worker

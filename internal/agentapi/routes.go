@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/internal/timeline"
 )
 
 // handler routes the kubelet API paths podvisor serves; every path requires
@@ -31,6 +33,9 @@ func (s *Server) handler() http.Handler {
 	if s.cfg.Shutdown != nil {
 		mux.Handle("/shutdown", s.cfg.Shutdown)
 	}
+	if s.cfg.Timeline != nil {
+		mux.HandleFunc("GET /timeline/{namespace}/{pod}", s.timeline)
+	}
 	if s.cfg.Streams != nil {
 		s.streamingRoutes(mux)
 	} else {
@@ -50,6 +55,34 @@ func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
 	if err := json.NewEncoder(w).Encode(&list); err != nil {
 		s.cfg.Log.Debug("agent API: writing /pods", "err", err)
 	}
+}
+
+// timeline serves a pod's timeline: JSON, or with ?format=trace Chrome's
+// trace event format (Perfetto opens it).
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("namespace"), r.PathValue("pod")
+	tl, ok := s.cfg.Timeline(ns, name)
+	if !ok {
+		http.Error(w, fmt.Sprintf("no timeline of pod %s/%s on this node", ns, name), http.StatusNotFound)
+		return
+	}
+	var body []byte
+	var err error
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "json":
+		body, err = json.Marshal(tl)
+	case "trace":
+		body, err = timeline.Trace(tl)
+	default:
+		http.Error(w, fmt.Sprintf("unknown format %q: json or trace", f), http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
 }
 
 func notImplemented(w http.ResponseWriter, r *http.Request) {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/disconnect"
+	"github.com/podvisor/podvisor/internal/timeline"
 )
 
 // DefaultAddr is the kubelet's port.
@@ -37,8 +38,12 @@ type Config struct {
 	Streams      Streams              // optional: serves /exec, /attach, /portForward and /run
 	Metrics      *prometheus.Registry // optional: serves /metrics
 	Shutdown     http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
-	Clock        clock.Clock          // optional: "now" for sinceSeconds
-	Log          *slog.Logger
+	// Timeline, optional, serves /timeline/{namespace}/{pod}: a pod's
+	// lifecycle to the millisecond (JSON; ?format=trace for Chrome's trace
+	// event format).
+	Timeline func(namespace, name string) (timeline.Timeline, bool)
+	Clock    clock.Clock // optional: "now" for sinceSeconds
+	Log      *slog.Logger
 }
 
 // Server serves the agent API. Listen (optional) then Run, once, from one goroutine.

@@ -73,6 +73,15 @@ func (s *Source) Get(uid types.UID) (*v1.Pod, bool) {
 	return objs[0].(*v1.Pod), true
 }
 
+// UIDs lists the UIDs of the node's pods the informer knows.
+func (s *Source) UIDs() map[types.UID]bool {
+	out := map[types.UID]bool{}
+	for _, obj := range s.informer.GetIndexer().List() {
+		out[obj.(*v1.Pod).UID] = true
+	}
+	return out
+}
+
 // handlerFuncs hands informer notifications to h.
 func handlerFuncs(h Handler) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{

@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/timeline"
+)
+
+// podvisorTimeline runs `podvisor timeline` against p and returns its stdout.
+func (p *Podvisor) timeline(t *testing.T, ns, pod string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"timeline", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"), "-n", ns, pod}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), &exec.ExitError{ProcessState: cmd.ProcessState, Stderr: []byte(stderr.String())}
+	}
+	return string(out), nil
+}
+
+// A pod's timeline, through `podvisor timeline` (the API server's node
+// proxy to the agent): an init container, a sidecar, a readiness probe that
+// fails then passes, and a graceful delete, in order and at the times the API
+// shows to the second. A finalizer keeps the pod in the API after its
+// containers are done; once it is gone, so is its timeline.
+func TestTimeline(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("timeline")
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	app := sh("app", "trap 'exit 0' TERM; sleep 2; touch "+ready+"; while true; do sleep 0.2; done")
+	app.ReadinessProbe = &v1.Probe{ProbeHandler: execProbe("test", "-f", ready), PeriodSeconds: 1}
+	pod := p.pod(ns, "story", v1.RestartPolicyAlways, app)
+	init := sh("init", "sleep 0.5")
+	side := sh("side", "trap 'exit 0' TERM; while true; do sleep 0.2; done")
+	side.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
+	pod.Spec.InitContainers = []v1.Container{init, side}
+	pod.Finalizers = []string{"podvisor.test/keep"}
+	shareHostDirs(pod, dir)
+	p.create(t, pod)
+	running := p.waitPod(t, ns, "story", 90*time.Second, "Ready", isReady)
+	p.deletePod(t, ns, "story", 5)
+	done := p.waitPod(t, ns, "story", 60*time.Second, "all containers terminated", func(pod *v1.Pod) bool {
+		for _, s := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if s.State.Terminated == nil && s.Name != "init" {
+				return false
+			}
+		}
+		return pod.Status.Phase != v1.PodRunning
+	})
+
+	out, err := p.timeline(t, ns, "story", "-o", "json")
+	if err != nil {
+		t.Fatalf("podvisor timeline: %v %s", err, err.(*exec.ExitError).Stderr)
+	}
+	var tl timeline.Timeline
+	if err := json.Unmarshal([]byte(out), &tl); err != nil {
+		t.Fatalf("timeline JSON: %v\n%s", err, out)
+	}
+	if tl.UID != running.UID {
+		t.Errorf("timeline of %s, want the pod's %s", tl.UID, running.UID)
+	}
+	// find returns the index of the first entry from i on that matches.
+	find := func(from int, what string, match func(e timeline.Entry) bool) int {
+		t.Helper()
+		for i := from; i < len(tl.Entries); i++ {
+			if match(tl.Entries[i]) {
+				return i
+			}
+		}
+		t.Fatalf("no %s after entry %d in the timeline:\n%s", what, from, out)
+		return -1
+	}
+	state := func(c, s string) func(e timeline.Entry) bool {
+		return func(e timeline.Entry) bool {
+			return e.Kind == timeline.KindContainer && e.Container == c && e.State == s
+		}
+	}
+	for i := 1; i < len(tl.Entries); i++ {
+		if tl.Entries[i].Time.Before(tl.Entries[i-1].Time) {
+			t.Errorf("entry %d (%+v) before entry %d", i, tl.Entries[i], i-1)
+		}
+	}
+	initRunning := find(0, "init running", state("init", "running"))
+	initDone := find(initRunning, "init completed", func(e timeline.Entry) bool {
+		return state("init", "terminated")(e) && e.Reason == "Completed" && e.ExitCode != nil && *e.ExitCode == 0
+	})
+	sideRunning := find(initDone, "sidecar running", state("side", "running"))
+	appRunning := find(sideRunning, "app running", state("app", "running"))
+	appReady := find(appRunning, "app ready", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindReady && e.Container == "app" && e.State == "true"
+	})
+	if d := tl.Entries[appReady].Time.Sub(tl.Entries[appRunning].Time); d < 1500*time.Millisecond {
+		t.Errorf("app ready %v after it ran: its probe should fail for 2 s", d)
+	}
+	deletion := find(appReady, "deletion", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindDeletion && strings.Contains(e.Message, "grace 5 s")
+	})
+	killing := find(deletion, "Killing event", func(e timeline.Entry) bool { return e.Kind == timeline.KindEvent && e.Reason == "Killing" })
+	appDone := find(killing, "app terminated", state("app", "terminated"))
+	sideDone := find(killing, "sidecar terminated", state("side", "terminated"))
+	if sideDone < appDone {
+		t.Errorf("the sidecar ended (entry %d) before the app (entry %d)", sideDone, appDone)
+	}
+
+	// The API's times (whole seconds) agree with the timeline's.
+	near := func(what string, api metav1.Time, at time.Time) {
+		t.Helper()
+		if d := at.Sub(api.Time); d < 0 || d > 1500*time.Millisecond {
+			t.Errorf("%s: timeline %v, API %v", what, at, api.Time)
+		}
+	}
+	if s := containerStatus(running, "app"); s != nil && s.State.Running != nil {
+		near("app started", s.State.Running.StartedAt, tl.Entries[appRunning].Time)
+	}
+	if s := containerStatus(done, "app"); s != nil && s.State.Terminated != nil {
+		near("app finished", s.State.Terminated.FinishedAt, tl.Entries[appDone].Time)
+	} else {
+		t.Errorf("app not terminated in the API: %s", describe(done))
+	}
+
+	table, err := p.timeline(t, ns, "story")
+	if err != nil || !strings.HasPrefix(table, "TIME") || !strings.Contains(table, "Killing") {
+		t.Errorf("table: %v\n%s", err, table)
+	}
+	trace, err := p.timeline(t, ns, "story", "-o", "trace")
+	var doc struct {
+		TraceEvents []json.RawMessage `json:"traceEvents"`
+	}
+	if err != nil || json.Unmarshal([]byte(trace), &doc) != nil || len(doc.TraceEvents) < len(tl.Entries)/2 {
+		t.Errorf("trace: %v\n%s", err, trace)
+	}
+
+	// Gone from the API, gone from the node.
+	patch := []byte(`{"metadata":{"finalizers":null}}`)
+	if _, err := p.Admin.CoreV1().Pods(ns).Patch(context.Background(), "story", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitGone(t, ns, "story", 30*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		req := p.Admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", running.Spec.NodeName, "proxy", "timeline", ns, "story")
+		_, err := req.DoRaw(context.Background())
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the timeline of a pod gone from the API is still served (%v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
