@@ -177,6 +177,7 @@ func New(cfg Config) (*Agent, error) {
 		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
 		Sysctls:  cfg.Kubelet.Sysctls,
 		Cgroups:  a.podCgroups(),
+		Timeline: a.timeline,
 	})
 	if err != nil {
 		return nil, err

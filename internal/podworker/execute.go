@@ -15,6 +15,7 @@ import (
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/timeline"
 )
 
 // minStopGrace: no container gets less than 2 s between stop signal and SIGKILL.
@@ -215,7 +216,10 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	if exited {
 		cancel() // already gone or terminating: the hook has nothing to wait for
 	}
+	w.record(pod, timeline.Entry{Kind: timeline.KindHook, Container: c.Name, State: "PostStart started"})
+	begin := w.m.cfg.Clock.Now()
 	msg, err := w.m.cfg.Hooks.Run(hctx, hook.PostStart, pod, c, id, w.podIP(), c.Lifecycle.PostStart, 0)
+	w.recordHookEnd(pod, c.Name, "PostStart", begin, msg, err)
 	if err == nil {
 		return
 	}
@@ -289,7 +293,10 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel
 		w.mu.Unlock()
+		w.record(pod, timeline.Entry{Kind: timeline.KindHook, Container: name, State: "PreStop started",
+			Message: fmt.Sprintf("budget %v", budget)})
 		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.podIP(), c.Lifecycle.PreStop, budget)
+		w.recordHookEnd(pod, name, "PreStop", start, hmsg, err)
 		w.mu.Lock()
 		delete(w.preStopCancel, id)
 		w.mu.Unlock()
@@ -305,12 +312,56 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	}
 	// A preStop that used up the grace period gets the 2 s minimum on top.
 	remaining := max(grace-w.m.cfg.Clock.Since(start), minStopGrace)
+	signaled := w.m.cfg.Clock.Now()
+	if w.isRunning(name, id) {
+		w.record(pod, timeline.Entry{Kind: timeline.KindSignal, Container: name, State: stopSignalName(c),
+			Message: fmt.Sprintf("grace %v; SIGKILL at +%v if still running", remaining.Round(time.Millisecond), remaining.Round(time.Millisecond))})
+	}
 	if err := w.m.cfg.Runtime.Stop(sctx, id, remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", name, "err", err)
 	}
 	if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
+		if st.State == runtime.StateExited && st.ExitCode == 137 && !st.FinishedAt.Before(signaled.Add(remaining-50*time.Millisecond)) {
+			// Still running when the grace period ended: killed.
+			w.record(pod, timeline.Entry{Time: st.FinishedAt, Kind: timeline.KindSignal, Container: name, State: "SIGKILL",
+				Message: fmt.Sprintf("the grace period ended (+%v after the stop signal)", st.FinishedAt.Sub(signaled).Round(time.Millisecond))})
+		}
 		w.observe(st)
 	}
+}
+
+// stopSignalName is the stop signal the spec asks for; without one, the
+// image's STOPSIGNAL or SIGTERM.
+func stopSignalName(c *v1.Container) string {
+	if c != nil && c.Lifecycle != nil && c.Lifecycle.StopSignal != nil {
+		return string(*c.Lifecycle.StopSignal)
+	}
+	return "SIGTERM"
+}
+
+// record adds entries to the pod's timeline, if there is one.
+func (w *worker) record(pod *v1.Pod, entries ...timeline.Entry) {
+	if w.m.cfg.Timeline != nil {
+		w.m.cfg.Timeline.Record(timeline.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, entries...)
+	}
+}
+
+// recordHookEnd records how a hook that began at begin ended.
+func (w *worker) recordHookEnd(pod *v1.Pod, container, which string, begin time.Time, msg string, err error) {
+	e := timeline.Entry{Kind: timeline.KindHook, Container: container, State: which + " succeeded"}
+	switch {
+	case errors.Is(err, hook.ErrBudgetExceeded):
+		e.State = which + " cut at its budget"
+	case err != nil:
+		e.State, e.Message = which+" failed", msg
+	}
+	took := fmt.Sprintf("took %v", w.m.cfg.Clock.Since(begin).Round(time.Millisecond))
+	if e.Message == "" {
+		e.Message = took
+	} else {
+		e.Message = took + ": " + e.Message
+	}
+	w.record(pod, e)
 }
 
 // isRunning: no preStop for a container that already exited (§7).

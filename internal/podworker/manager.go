@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/timeline"
 )
 
 // StatusWriter is the status manager as the workers see it.
@@ -73,7 +74,15 @@ type Config struct {
 	// Cgroups makes and removes pod-level cgroups; nil: the runtime's
 	// default place for containers.
 	Cgroups PodCgroups
-	Log     *slog.Logger
+	// Timeline records what the workers do that no status or event shows
+	// (hooks and their durations, stop signals and kills); nil: nothing.
+	Timeline Timeline
+	Log      *slog.Logger
+}
+
+// Timeline is where the workers record steps (timeline.Recorder).
+type Timeline interface {
+	Record(pod timeline.Pod, entries ...timeline.Entry)
 }
 
 // PodCgroups makes a pod's cgroup with its limits, and removes it

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,8 @@ const (
 	KindStarted   = "Started"   // a container's startup probe passed (or it was restarted)
 	KindEvent     = "Event"     // an event the agent emitted for the pod
 	KindDeletion  = "Deletion"  // the pod's object was marked for deletion
+	KindHook      = "Hook"      // a postStart or preStop hook began or ended
+	KindSignal    = "Signal"    // the stop signal sent, or SIGKILL at the end of the grace period
 )
 
 // Entry is one step.
@@ -94,6 +97,17 @@ type Recorder struct {
 type podLog struct {
 	Timeline
 	lines int // lines in its file, header included
+}
+
+// insert adds e in time order: after every entry not later than it (an
+// entry may carry an earlier time than the last one, e.g. a kill recorded
+// once the runtime reported it).
+func (p *podLog) insert(e Entry) {
+	i := len(p.Entries)
+	for i > 0 && p.Entries[i-1].Time.After(e.Time) {
+		i--
+	}
+	p.Entries = slices.Insert(p.Entries, i, e)
 }
 
 // New loads the timelines kept in cfg.Dir.
@@ -165,7 +179,7 @@ func readFile(path string) (*podLog, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			break // a torn last line (a crash while writing): the rest is lost
 		}
-		p.Entries = append(p.Entries, e)
+		p.insert(e) // the file is in the order entries came
 		p.lines++
 	}
 	return p, nil
@@ -196,7 +210,9 @@ func (r *Recorder) Record(pod Pod, entries ...Entry) {
 			entries[i].Time = now
 		}
 	}
-	p.Entries = append(p.Entries, entries...)
+	for _, e := range entries {
+		p.insert(e)
+	}
 	r.total += len(entries)
 	r.persistLocked(p, entries)
 	r.trimLocked(p)

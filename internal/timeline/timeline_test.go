@@ -29,11 +29,12 @@ func TestRecordKeepsOrderAndStampsTheTime(t *testing.T) {
 	if !ok || len(tl.Entries) != 3 {
 		t.Fatalf("timeline %+v %v", tl, ok)
 	}
-	if d := tl.Entries[1].Time.Sub(tl.Entries[0].Time); d != 7*time.Millisecond {
+	if d := tl.Entries[2].Time.Sub(tl.Entries[1].Time); d != 7*time.Millisecond {
 		t.Errorf("entries %v apart, want 7ms", d)
 	}
-	if !tl.Entries[2].Time.Equal(given) {
-		t.Errorf("an entry's own time was replaced: %v", tl.Entries[2].Time)
+	// An entry with an earlier time of its own goes where it belongs.
+	if !tl.Entries[0].Time.Equal(given) || tl.Entries[0].Reason != "Old" || tl.Entries[2].Reason != "Started" {
+		t.Errorf("entries %+v, want Old (its own time, an hour earlier) first", tl.Entries)
 	}
 	if _, ok := r.Get("ns", "other"); ok {
 		t.Error("a pod never recorded has a timeline")

@@ -33,8 +33,9 @@ func (p *Podvisor) timeline(t *testing.T, ns, pod string, args ...string) (strin
 
 // A pod's timeline, through `podvisor timeline` (the API server's node
 // proxy to the agent): an init container, a sidecar, a readiness probe that
-// fails then passes, and a graceful delete, in order and at the times the API
-// shows to the second. A finalizer keeps the pod in the API after its
+// fails then passes, and a graceful delete (a preStop hook, the stop signal,
+// a sidecar killed at the end of the grace period), in order and at the
+// times the API shows to the second. A finalizer keeps the pod in the API after its
 // containers are done; once it is gone, so is its timeline.
 func TestTimeline(t *testing.T) {
 	t.Parallel()
@@ -44,9 +45,11 @@ func TestTimeline(t *testing.T) {
 	ready := filepath.Join(dir, "ready")
 	app := sh("app", "trap 'exit 0' TERM; sleep 2; touch "+ready+"; while true; do sleep 0.2; done")
 	app.ReadinessProbe = &v1.Probe{ProbeHandler: execProbe("test", "-f", ready), PeriodSeconds: 1}
+	app.Lifecycle = &v1.Lifecycle{PreStop: execHook("sleep 0.3")}
 	pod := p.pod(ns, "story", v1.RestartPolicyAlways, app)
 	init := sh("init", "sleep 0.5")
-	side := sh("side", "trap 'exit 0' TERM; while true; do sleep 0.2; done")
+	// The sidecar ignores SIGTERM: it is killed when the grace period ends.
+	side := sh("side", "trap '' TERM; while true; do sleep 0.2; done")
 	side.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
 	pod.Spec.InitContainers = []v1.Container{init, side}
 	pod.Finalizers = []string{"podvisor.test/keep"}
@@ -111,11 +114,32 @@ func TestTimeline(t *testing.T) {
 		return e.Kind == timeline.KindDeletion && strings.Contains(e.Message, "grace 5 s")
 	})
 	killing := find(deletion, "Killing event", func(e timeline.Entry) bool { return e.Kind == timeline.KindEvent && e.Reason == "Killing" })
-	appDone := find(killing, "app terminated", state("app", "terminated"))
-	sideDone := find(killing, "sidecar terminated", state("side", "terminated"))
-	if sideDone < appDone {
-		t.Errorf("the sidecar ended (entry %d) before the app (entry %d)", sideDone, appDone)
+	hookStart := find(killing, "preStop started", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindHook && e.Container == "app" && e.State == "PreStop started"
+	})
+	hookEnd := find(hookStart, "preStop succeeded", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindHook && e.Container == "app" && e.State == "PreStop succeeded"
+	})
+	if d := tl.Entries[hookEnd].Time.Sub(tl.Entries[hookStart].Time); d < 300*time.Millisecond {
+		t.Errorf("the preStop hook (sleep 0.3) took %v", d)
 	}
+	term := find(hookEnd, "SIGTERM to app", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindSignal && e.Container == "app" && e.State == "SIGTERM"
+	})
+	appDone := find(term, "app terminated", state("app", "terminated"))
+	sideTerm := find(appDone, "SIGTERM to the sidecar", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindSignal && e.Container == "side" && e.State == "SIGTERM"
+	})
+	sideKill := find(sideTerm, "SIGKILL to the sidecar", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindSignal && e.Container == "side" && e.State == "SIGKILL"
+	})
+	// Killed when what was left of the 5 s grace (never under 2 s) ended.
+	if d := tl.Entries[sideKill].Time.Sub(tl.Entries[deletion].Time); d < 4500*time.Millisecond || d > 9*time.Second {
+		t.Errorf("the sidecar was killed %v after the deletion, want about the 5 s grace", d)
+	}
+	find(sideTerm, "sidecar terminated", func(e timeline.Entry) bool {
+		return state("side", "terminated")(e) && e.ExitCode != nil && *e.ExitCode == 137
+	})
 
 	// The API's times (whole seconds) agree with the timeline's.
 	near := func(what string, api metav1.Time, at time.Time) {
