@@ -231,7 +231,7 @@ func New(cfg Config) (*Agent, error) {
 		Streams:      streams{Streamer: a.streams, runtime: a.runtime},
 		Metrics:      a.metrics,
 		Shutdown:     a.shutdown.Handler(),
-		Timeline:     a.timeline.Get,
+		Timeline:     a.timeline,
 		Log:          cfg.Log,
 	})
 	if err != nil {

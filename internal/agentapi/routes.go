@@ -35,6 +35,11 @@ func (s *Server) handler() http.Handler {
 	}
 	if s.cfg.Timeline != nil {
 		mux.HandleFunc("GET /timeline/{namespace}/{pod}", s.timeline)
+		mux.HandleFunc("GET /timeline/{$}", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(s.cfg.Timeline.Summaries())
+		})
+		mux.Handle("GET /timeline-ui/", timeline.Web())
 	}
 	if s.cfg.Streams != nil {
 		s.streamingRoutes(mux)
@@ -61,7 +66,7 @@ func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
 // trace event format (Perfetto opens it).
 func (s *Server) timeline(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("pod")
-	tl, ok := s.cfg.Timeline(ns, name)
+	tl, ok := s.cfg.Timeline.Get(ns, name)
 	if !ok {
 		http.Error(w, fmt.Sprintf("no timeline of pod %s/%s on this node", ns, name), http.StatusNotFound)
 		return

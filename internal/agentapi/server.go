@@ -38,12 +38,19 @@ type Config struct {
 	Streams      Streams              // optional: serves /exec, /attach, /portForward and /run
 	Metrics      *prometheus.Registry // optional: serves /metrics
 	Shutdown     http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
-	// Timeline, optional, serves /timeline/{namespace}/{pod}: a pod's
-	// lifecycle to the millisecond (JSON; ?format=trace for Chrome's trace
-	// event format).
-	Timeline func(namespace, name string) (timeline.Timeline, bool)
+	// Timeline, optional, serves /timeline/ (the pods that have one),
+	// /timeline/{namespace}/{pod} (a pod's lifecycle to the millisecond:
+	// JSON, or ?format=trace for Chrome's trace event format) and the page
+	// at /timeline-ui/.
+	Timeline Timelines
 	Clock    clock.Clock // optional: "now" for sinceSeconds
 	Log      *slog.Logger
+}
+
+// Timelines is what the agent keeps of its pods' lifecycles (timeline.Recorder).
+type Timelines interface {
+	Get(namespace, name string) (timeline.Timeline, bool)
+	Summaries() []timeline.Summary
 }
 
 // Server serves the agent API. Listen (optional) then Run, once, from one goroutine.

@@ -58,10 +58,21 @@ func (p *Podvisor) kubectl(t *testing.T, stdin string, env []string, args ...str
 // its stderr is returned for messages.
 func (p *Podvisor) portForward(t *testing.T, ns, pod string, local, port int, env []string) *syncBuffer {
 	t.Helper()
-	cmd := exec.Command(binary, "kubectl", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"),
-		"-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf("%d:%d", local, port))
-	cmd.Env = append(os.Environ(), env...)
 	stderr := &syncBuffer{}
+	if _, ok := p.backgroundKubectl(t, env, stderr, "Forwarding from 127.0.0.1",
+		"-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf("%d:%d", local, port)); !ok {
+		t.Fatalf("kubectl port-forward not forwarding; stderr %q", stderr.String())
+	}
+	return stderr
+}
+
+// backgroundKubectl runs `podvisor kubectl args...` until the test ends and
+// waits (30 s at most) for the first line of its stdout that starts with
+// ready, which it returns.
+func (p *Podvisor) backgroundKubectl(t *testing.T, env []string, stderr io.Writer, ready string, args ...string) (string, bool) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"kubectl", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig")}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -71,21 +82,24 @@ func (p *Podvisor) portForward(t *testing.T, ns, pod string, local, port int, en
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	forwarding := make(chan string, 1)
+	found := make(chan string, 1)
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
-			if strings.HasPrefix(s.Text(), "Forwarding from 127.0.0.1") {
-				forwarding <- s.Text()
+			if strings.HasPrefix(s.Text(), ready) {
+				select {
+				case found <- s.Text():
+				default:
+				}
 			}
 		}
 	}()
 	select {
-	case <-forwarding:
+	case line := <-found:
+		return line, true
 	case <-time.After(30 * time.Second):
-		t.Fatalf("kubectl port-forward not forwarding; stderr %q", stderr.String())
+		return "", false
 	}
-	return stderr
 }
 
 // remoteCommandProtocols are kubectl's two: WebSocket (the default, passed

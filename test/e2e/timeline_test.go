@@ -188,3 +188,68 @@ func TestTimeline(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// chromium returns the path of Debian's chromium, or skips the test.
+func chromium(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Skip("no chromium (Debian: apt-get install chromium; .ci/run installs it)")
+	}
+	return path
+}
+
+// kubectlProxy runs `podvisor kubectl proxy` on a free port until the test
+// ends and returns its base URL.
+func (p *Podvisor) kubectlProxy(t *testing.T) string {
+	t.Helper()
+	line, ok := p.backgroundKubectl(t, nil, nil, "Starting to serve on ", "proxy", "--port=0")
+	if !ok {
+		t.Fatal("kubectl proxy did not start")
+	}
+	return "http://" + strings.TrimPrefix(line, "Starting to serve on ")
+}
+
+// renderedDOM loads url in headless Chromium and returns the DOM once its
+// scripts ran (they fetch the timeline).
+func renderedDOM(t *testing.T, browser, url string, extra ...string) string {
+	t.Helper()
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--virtual-time-budget=5000", "--window-size=1400,420"}, extra...)
+	cmd := exec.Command(browser, append(args, "--dump-dom", url)...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium --dump-dom %s: %v", url, err)
+	}
+	return string(out)
+}
+
+// The timeline page, through the API server's node proxy (kubectl proxy),
+// in a real headless Chromium: one lane per container and one for the pod;
+// the node's page lists the pod.
+func TestTimelinePage(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	p := Shared(t)
+	ns := p.Namespace("timeline-page")
+	pod := p.pod(ns, "lanes", v1.RestartPolicyAlways, sh("web", "sleep 3600"), sh("worker", "sleep 3600"))
+	pod.Spec.InitContainers = []v1.Container{sh("setup", "true")}
+	p.create(t, pod)
+	running := p.waitPod(t, ns, "lanes", 60*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+	base := p.kubectlProxy(t) + "/api/v1/nodes/" + running.Spec.NodeName + "/proxy"
+
+	dom := renderedDOM(t, browser, base+"/timeline-ui/"+ns+"/lanes")
+	for _, lane := range []string{"(pod)", "setup", "web", "worker"} {
+		if n := strings.Count(dom, `data-container="`+lane+`"`); n != 1 {
+			t.Errorf("%d lanes for %s in the page:\n%s", n, lane, dom)
+		}
+	}
+	if !strings.Contains(dom, `class="seg running"`) || !strings.Contains(dom, "entries over") {
+		t.Errorf("no running segment or no summary in the page:\n%s", dom)
+	}
+	node := renderedDOM(t, browser, base+"/timeline-ui/")
+	if !strings.Contains(node, ">lanes</a>") {
+		t.Errorf("the node's page does not list the pod:\n%s", node)
+	}
+}
