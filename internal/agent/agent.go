@@ -157,7 +157,7 @@ func New(cfg Config) (*Agent, error) {
 	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
 	var workers *podworker.Manager
 	a.probes, err = probe.New(probe.Config{
-		Exec: a.exec, Recorder: recorder, Log: cfg.Log,
+		Exec: a.exec, Recorder: recorder, Timeline: a.timeline, Log: cfg.Log,
 		OnUpdate: func(u probe.Update) {
 			if workers != nil {
 				workers.ProbeUpdate(u.PodUID, u.Container, u.ContainerID, u.State)

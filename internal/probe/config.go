@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/podvisor/podvisor/internal/timeline"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -37,11 +38,19 @@ type Update struct {
 	State       lifecycle.ProbeState
 }
 
+// Timeline is where probe result changes are recorded (timeline.Recorder).
+type Timeline interface {
+	Record(pod timeline.Pod, entries ...timeline.Entry)
+}
+
 // Config of the probe manager.
 type Config struct {
 	Exec     ExecFunc             // required
 	Recorder record.EventRecorder // required
 	Clock    clock.Clock          // nil: the real clock
+	// Timeline, optional, gets each change of a probe's result (success,
+	// failure, unknown) with how many runs the previous result lasted.
+	Timeline Timeline
 	// OnUpdate is called whenever a container's ProbeState changes, with its
 	// latest state. Calls come from one goroutine, never while the manager
 	// holds a lock; a burst of changes may be coalesced into one call. It

@@ -3,6 +3,8 @@ package probe
 import (
 	"container/heap"
 	"context"
+	"fmt"
+	"github.com/podvisor/podvisor/internal/timeline"
 	"sync"
 	"time"
 )
@@ -130,7 +132,9 @@ func (m *Manager) execute(ctx context.Context, j job) {
 	}
 	c := t.c
 	before := c.state
+	lastResult, lastRun := t.last, t.run
 	ungated := c.observe(t, o)
+	flipped := t.last != lastResult
 	now := m.cfg.Clock.Now()
 	if !t.stopped {
 		m.push(t, nextRun(j.at, t.timing.period, now))
@@ -144,10 +148,28 @@ func (m *Manager) execute(ctx context.Context, j job) {
 	m.mu.Unlock()
 
 	m.record(c.ref, t.kind, o)
+	if flipped && m.cfg.Timeline != nil {
+		e := timeline.Entry{Kind: timeline.KindProbe, Container: c.name, State: t.kind.String() + " " + resultName(t.last)}
+		if lastRun > 0 {
+			e.Message = fmt.Sprintf("after %d %s", lastRun, resultName(lastResult))
+		}
+		m.cfg.Timeline.Record(timeline.Pod{Namespace: c.ref.Namespace, Name: c.ref.Name, UID: c.podUID}, e)
+	}
 	if changed {
 		m.cfg.Log.Info("probe verdict changed", "pod", c.ref.Namespace+"/"+c.ref.Name, "container", c.name,
 			"containerID", c.id, "probe", t.kind.String(), "started", state.Started, "ready", state.Ready, "unhealthy", state.Unhealthy)
 	}
+}
+
+// resultName is how the timeline names a result.
+func resultName(r result) string {
+	switch r {
+	case resultSuccess, resultWarning:
+		return "success"
+	case resultFailure:
+		return "failure"
+	}
+	return "unknown"
 }
 
 // nextRun keeps a fixed rate from the previous due time; periods missed while

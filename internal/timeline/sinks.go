@@ -3,6 +3,7 @@ package timeline
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -141,12 +142,29 @@ type Events struct {
 var _ record.EventRecorder = Events{}
 
 func (e Events) record(object runtime.Object, eventtype, reason, message string) {
-	pod, ok := object.(*v1.Pod)
-	if !ok {
-		return
+	entry := Entry{Kind: KindEvent, State: eventtype, Reason: reason, Message: message}
+	switch o := object.(type) {
+	case *v1.Pod:
+		e.Rec.Record(Pod{Namespace: o.Namespace, Name: o.Name, UID: o.UID}, entry)
+	case *v1.ObjectReference:
+		// A container's event (probes): the reference's field path names it.
+		if o.Kind != "Pod" {
+			return
+		}
+		entry.Container = containerOfFieldPath(o.FieldPath)
+		e.Rec.Record(Pod{Namespace: o.Namespace, Name: o.Name, UID: o.UID}, entry)
 	}
-	e.Rec.Record(Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
-		Entry{Kind: KindEvent, State: eventtype, Reason: reason, Message: message})
+}
+
+// containerOfFieldPath is c of "spec.containers{c}" (and of init and
+// ephemeral containers); empty for any other path.
+func containerOfFieldPath(path string) string {
+	for _, prefix := range []string{"spec.containers{", "spec.initContainers{", "spec.ephemeralContainers{"} {
+		if rest, ok := strings.CutPrefix(path, prefix); ok {
+			return strings.TrimSuffix(rest, "}")
+		}
+	}
+	return ""
 }
 
 func (e Events) Event(object runtime.Object, eventtype, reason, message string) {

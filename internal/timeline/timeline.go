@@ -37,6 +37,7 @@ const (
 	KindEvent     = "Event"     // an event the agent emitted for the pod
 	KindDeletion  = "Deletion"  // the pod's object was marked for deletion
 	KindHook      = "Hook"      // a postStart or preStop hook began or ended
+	KindProbe     = "Probe"     // a probe's result changed (with how long the previous one lasted)
 	KindSignal    = "Signal"    // the stop signal sent, or SIGKILL at the end of the grace period
 )
 

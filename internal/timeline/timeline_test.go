@@ -8,7 +8,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -221,4 +223,26 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// Events on a pod's container (probes use a reference with a field path)
+// name the container; other objects' events are not the timeline's.
+func TestEventsOfAContainerAndOfOtherObjects(t *testing.T) {
+	r, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := Events{Next: record.NewFakeRecorder(10), Rec: r}
+	ev.Eventf(&v1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web", UID: "uid-web", FieldPath: "spec.initContainers{setup}"},
+		v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: %s", "no")
+	ev.Event(&v1.Node{}, v1.EventTypeNormal, "NodeReady", "ready")
+	ev.Event(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-web"}}, v1.EventTypeNormal, "Killing", "Stopping")
+	tl, _ := r.Get("ns", "web")
+	if len(tl.Entries) != 2 || tl.Entries[0].Container != "setup" || tl.Entries[0].Message != "Readiness probe failed: no" ||
+		tl.Entries[1].Reason != "Killing" || tl.Entries[1].Container != "" {
+		t.Errorf("entries %s", mustJSON(t, tl.Entries))
+	}
+	if ps := r.Pods(); len(ps) != 1 {
+		t.Errorf("timelines %+v: a node's event made one", ps)
+	}
 }

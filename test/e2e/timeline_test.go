@@ -110,6 +110,20 @@ func TestTimeline(t *testing.T) {
 	if d := tl.Entries[appReady].Time.Sub(tl.Entries[appRunning].Time); d < 1500*time.Millisecond {
 		t.Errorf("app ready %v after it ran: its probe should fail for 2 s", d)
 	}
+	// The probe's results: failures (each an Unhealthy event of the app),
+	// then a success, with how many failures came before it.
+	failing := find(appRunning, "readiness failing", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindProbe && e.Container == "app" && e.State == "Readiness failure"
+	})
+	find(failing, "an Unhealthy event of the app", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindEvent && e.Container == "app" && e.Reason == "Unhealthy"
+	})
+	passing := find(failing, "readiness passing", func(e timeline.Entry) bool {
+		return e.Kind == timeline.KindProbe && e.Container == "app" && e.State == "Readiness success"
+	})
+	if msg := tl.Entries[passing].Message; !strings.HasPrefix(msg, "after ") || !strings.HasSuffix(msg, " failure") || msg == "after 0 failure" {
+		t.Errorf("readiness success %q, want after N failure", msg)
+	}
 	deletion := find(appReady, "deletion", func(e timeline.Entry) bool {
 		return e.Kind == timeline.KindDeletion && strings.Contains(e.Message, "grace 5 s")
 	})
