@@ -129,6 +129,7 @@ func runTimeline(args []string) error {
 		w.Flush()
 		shown = tl.Dropped + len(tl.Entries)
 		if !*follow {
+			printLanes(os.Stdout, tl, 72)
 			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -155,6 +156,50 @@ func printEntries(w io.Writer, tl timeline.Timeline, entries []timeline.Entry) {
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("15:04:05.000"), e.Time.Sub(origin).Milliseconds(),
 			container, e.Kind, state, reason, oneLine(e.Message))
+	}
+}
+
+// laneChars draws a segment's class in a terminal.
+var laneChars = map[string]byte{"waiting": '~', "running": '=', "terminated-ok": '_', "terminated-err": 'x',
+	"phase-Pending": '~', "phase-Running": '=', "phase-Succeeded": '_', "phase-Failed": 'x'}
+
+// printLanes draws one line per lane, cols columns wide: its states as
+// characters ('~' waiting, '=' running, '_' terminated with 0, 'x' with an
+// error), and '|' where something else happened (events, hooks, signals,
+// probes, readiness).
+func printLanes(out io.Writer, tl timeline.Timeline, cols int) {
+	lanes := timeline.Lanes(tl)
+	if len(lanes) == 0 {
+		return
+	}
+	origin, end := tl.Entries[0].Time, tl.Entries[len(tl.Entries)-1].Time
+	span := max(end.Sub(origin), time.Millisecond)
+	col := func(at time.Time) int { return min(cols-1, int(int64(cols)*int64(at.Sub(origin))/int64(span))) }
+	fmt.Fprintf(out, "\nLANES  +0 ms … +%d ms, %v per column; ~ waiting  = running  _ done (0)  x failed  | event, hook, signal, probe\n",
+		span.Milliseconds(), (span / time.Duration(cols)).Round(time.Millisecond))
+	width := len("pod")
+	for _, l := range lanes {
+		width = max(width, len(l.Container))
+	}
+	for _, l := range lanes {
+		row := []byte(strings.Repeat(" ", cols))
+		for _, seg := range l.Segments {
+			ch, ok := laneChars[seg.Class()]
+			if !ok {
+				ch = '?'
+			}
+			for c := col(seg.Start); c <= col(seg.End); c++ {
+				row[c] = ch
+			}
+		}
+		for _, m := range l.Marks {
+			row[col(m.Time)] = '|'
+		}
+		name := l.Container
+		if name == "" {
+			name = "pod"
+		}
+		fmt.Fprintf(out, "%-*s  %s\n", width, name, row)
 	}
 }
 

@@ -45,51 +45,40 @@ func Trace(t Timeline) ([]byte, error) {
 		}
 		return id
 	}
-	// open is each container's current state slice: where it began.
-	type slice struct {
-		label string
-		start time.Time
-		args  map[string]string
-	}
-	open := map[string]*slice{}
-	closeSlice := func(container string, at time.Time) {
-		if s := open[container]; s != nil {
-			out.TraceEvents = append(out.TraceEvents, event{Name: s.label, Ph: "X", Ts: us(s.start), Dur: max(1, us(at)-us(s.start)), Pid: 1, Tid: tid(container), Args: s.args})
-			delete(open, container)
-		}
-	}
-	end := t.Entries[len(t.Entries)-1].Time
-	for _, e := range t.Entries {
-		args := map[string]string{"kind": e.Kind}
-		for k, v := range map[string]string{"state": e.State, "reason": e.Reason, "message": e.Message, "condition": e.Name} {
-			if v != "" {
-				args[k] = v
+	for _, lane := range Lanes(t) {
+		tid := tid(lane.Container)
+		for _, seg := range lane.Segments {
+			label := seg.Entry.State
+			if seg.Entry.Reason != "" {
+				label += " (" + seg.Entry.Reason + ")"
 			}
+			out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "X", Ts: us(seg.Start),
+				Dur: max(1, us(seg.End)-us(seg.Start)), Pid: 1, Tid: tid, Args: traceArgs(seg.Entry)})
 		}
-		if e.ExitCode != nil {
-			args["exitCode"] = itoa(int(*e.ExitCode))
-		}
-		if e.Kind == KindContainer {
-			closeSlice(e.Container, e.Time)
-			label := e.State
+		for _, e := range lane.Marks {
+			label := e.Kind
 			if e.Reason != "" {
-				label += " (" + e.Reason + ")"
+				label += " " + e.Reason
+			} else if e.State != "" {
+				label += " " + e.Name + " " + e.State
 			}
-			open[e.Container] = &slice{label: label, start: e.Time, args: args}
-			continue
+			out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "i", S: "t", Ts: us(e.Time), Pid: 1, Tid: tid, Args: traceArgs(e)})
 		}
-		label := e.Kind
-		if e.Reason != "" {
-			label += " " + e.Reason
-		} else if e.State != "" {
-			label += " " + e.Name + " " + e.State
-		}
-		out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "i", S: "t", Ts: us(e.Time), Pid: 1, Tid: tid(e.Container), Args: args})
-	}
-	for c := range open {
-		closeSlice(c, end)
 	}
 	return json.Marshal(out)
+}
+
+func traceArgs(e Entry) map[string]string {
+	args := map[string]string{"kind": e.Kind}
+	for k, v := range map[string]string{"state": e.State, "reason": e.Reason, "message": e.Message, "condition": e.Name} {
+		if v != "" {
+			args[k] = v
+		}
+	}
+	if e.ExitCode != nil {
+		args["exitCode"] = itoa(int(*e.ExitCode))
+	}
+	return args
 }
 
 func itoa(n int) string {
