@@ -268,7 +268,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	go a.node.Run(ctx)
 	a.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.eventClient.CoreV1().Events("")})
-	go func() { <-ctx.Done(); a.events.Shutdown() }()
+	go func() { <-ctx.Done(); a.events.Shutdown(); a.timeline.Close() }()
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
 	go a.eviction.Run(ctx)

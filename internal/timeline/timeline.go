@@ -93,6 +93,9 @@ type Recorder struct {
 	pods   map[types.UID]*podLog
 	total  int
 	loaded []types.UID // the pods of the files found at New
+
+	writes  chan diskWrite // to the writer; nil without Dir, or once closed
+	written chan struct{}  // closed when the writer is done
 }
 
 type podLog struct {
@@ -149,6 +152,8 @@ func New(cfg Config) (*Recorder, error) {
 		r.total += len(p.Entries)
 	}
 	r.capLocked()
+	r.writes, r.written = make(chan diskWrite, writeQueue), make(chan struct{})
+	go r.writer(r.writes)
 	return r, nil
 }
 
@@ -246,56 +251,108 @@ func (r *Recorder) capLocked() {
 	}
 }
 
-// persistLocked appends entries to p's file; a file grown past twice the
-// entries kept is written again with only those.
+// persistLocked hands p's new entries to the writer: appended to its file,
+// or the whole file written again when it has none yet, or has grown past
+// twice the entries kept. The worker's path does no file I/O; a writer too
+// far behind (its queue full) skips the write, and the pod's file is written
+// whole next time.
 func (r *Recorder) persistLocked(p *podLog, entries []Entry) {
-	if r.cfg.Dir == "" {
+	if r.writes == nil {
 		return
 	}
-	path := r.path(p.UID)
+	w := diskWrite{uid: p.UID}
 	if p.lines == 0 || p.lines > 2*r.cfg.PerPod+1 {
-		r.rewriteLocked(p, path)
-		return
+		w.header = &header{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+		w.entries = slices.Clone(p.Entries)
+		p.lines = 1 + len(p.Entries)
+	} else {
+		w.entries = slices.Clone(entries)
+		p.lines += len(entries)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		r.rewriteLocked(p, path)
-		return
+	select {
+	case r.writes <- w:
+	default:
+		p.lines = 0
 	}
-	defer f.Close()
-	var b strings.Builder
+}
+
+// diskWrite is one change of a pod's file: entries to append, or with a
+// header the whole file, or its removal.
+type diskWrite struct {
+	uid     types.UID
+	header  *header
+	entries []Entry
+	remove  bool
+}
+
+// writeQueue is how many writes may wait for the writer.
+const writeQueue = 4096
+
+// writer applies the writes in order until the queue is closed.
+func (r *Recorder) writer(writes <-chan diskWrite) {
+	defer close(r.written)
+	for w := range writes {
+		path := r.path(w.uid)
+		var err error
+		switch {
+		case w.remove:
+			if err = os.Remove(path); errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		case w.header != nil:
+			err = writeWhole(path, *w.header, w.entries)
+		default:
+			err = appendEntries(path, w.entries)
+		}
+		if err != nil {
+			r.cfg.Log.Warn("timeline file not written", "uid", w.uid, "err", err)
+		}
+	}
+}
+
+func encodeLines(b *strings.Builder, entries []Entry) {
 	for _, e := range entries {
 		line, _ := json.Marshal(e)
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	if _, err := f.WriteString(b.String()); err != nil {
-		r.cfg.Log.Warn("timeline not written", "pod", p.Namespace+"/"+p.Name, "err", err)
-		return
-	}
-	p.lines += len(entries)
 }
 
-func (r *Recorder) rewriteLocked(p *podLog, path string) {
+func writeWhole(path string, h header, entries []Entry) error {
 	var b strings.Builder
-	h, _ := json.Marshal(header{Namespace: p.Namespace, Name: p.Name, UID: p.UID})
-	b.Write(h)
+	line, _ := json.Marshal(h)
+	b.Write(line)
 	b.WriteByte('\n')
-	for _, e := range p.Entries {
-		line, _ := json.Marshal(e)
-		b.Write(line)
-		b.WriteByte('\n')
-	}
+	encodeLines(&b, entries)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		r.cfg.Log.Warn("timeline not written", "pod", p.Namespace+"/"+p.Name, "err", err)
-		return
+		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		r.cfg.Log.Warn("timeline not written", "pod", p.Namespace+"/"+p.Name, "err", err)
-		return
+	return os.Rename(tmp, path)
+}
+
+func appendEntries(path string, entries []Entry) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
 	}
-	p.lines = 1 + len(p.Entries)
+	var b strings.Builder
+	encodeLines(&b, entries)
+	_, err = f.WriteString(b.String())
+	return errors.Join(err, f.Close())
+}
+
+// Close writes what is queued and stops the writer; Record and Forget no
+// longer write files after it.
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	w := r.writes
+	r.writes = nil
+	r.mu.Unlock()
+	if w != nil {
+		close(w)
+		<-r.written
+	}
 }
 
 func (r *Recorder) path(uid types.UID) string {
@@ -358,10 +415,8 @@ func (r *Recorder) Forget(uid types.UID) {
 	}
 	r.total -= len(p.Entries)
 	delete(r.pods, uid)
-	if r.cfg.Dir != "" {
-		if err := os.Remove(r.path(uid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			r.cfg.Log.Warn("timeline file left", "uid", uid, "err", err)
-		}
+	if r.writes != nil {
+		r.writes <- diskWrite{uid: uid, remove: true} // never skipped: a file left would come back at the next start
 	}
 }
 

@@ -87,6 +87,7 @@ func TestTimelinesSurviveARestartUntilForgotten(t *testing.T) {
 	}
 	code := int32(3)
 	r.Record(web, Entry{Kind: KindContainer, Container: "c", State: "terminated", ExitCode: &code})
+	r.Close() // files are written in the background
 	// A crash while writing leaves a torn last line.
 	f, err := os.OpenFile(filepath.Join(dir, "uid-web.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
@@ -111,13 +112,19 @@ func TestTimelinesSurviveARestartUntilForgotten(t *testing.T) {
 	if _, ok := again.Get("ns", "web"); ok {
 		t.Error("forgotten, still there")
 	}
+	again.Close()
 	if files, _ := filepath.Glob(filepath.Join(dir, "*")); len(files) != 0 {
 		t.Errorf("files left: %v", files)
 	}
 	// Keep drops the pods deleted while the agent was down, not those
 	// recorded since it started.
-	again.Record(web, Entry{Kind: KindEvent})
-	again.Record(Pod{Namespace: "ns", Name: "db", UID: "uid-db"}, Entry{Kind: KindEvent})
+	fourth, err := New(Config{Dir: dir, PerPod: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fourth.Record(web, Entry{Kind: KindEvent})
+	fourth.Record(Pod{Namespace: "ns", Name: "db", UID: "uid-db"}, Entry{Kind: KindEvent})
+	fourth.Close()
 	third, err := New(Config{Dir: dir, PerPod: 4})
 	if err != nil {
 		t.Fatal(err)
