@@ -267,3 +267,75 @@ func TestTimelinePage(t *testing.T) {
 		t.Errorf("the node's page does not list the pod:\n%s", node)
 	}
 }
+
+// A timeline survives a restart of podvisor: what was recorded before is
+// still there, and the running pod's story goes on in it.
+func TestTimelineSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	p := NewPodvisor(t)
+	p.Start()
+	ns := p.Namespace("timeline-restart")
+	pod := p.pod(ns, "lasting", v1.RestartPolicyAlways, sh("c", "sleep 3600"))
+	pod.Finalizers = []string{"podvisor.test/keep"} // read the timeline after the delete
+	p.create(t, pod)
+	p.waitRunning(t, ns, "lasting")
+	defer func() {
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		p.Admin.CoreV1().Pods(ns).Patch(context.Background(), "lasting", types.MergePatchType, patch, metav1.PatchOptions{})
+	}()
+	get := func() timeline.Timeline {
+		t.Helper()
+		out, err := p.timeline(t, ns, "lasting", "-o", "json")
+		if err != nil {
+			t.Fatalf("podvisor timeline: %v %s", err, err.(*exec.ExitError).Stderr)
+		}
+		var tl timeline.Timeline
+		if err := json.Unmarshal([]byte(out), &tl); err != nil {
+			t.Fatal(err)
+		}
+		return tl
+	}
+	var before timeline.Timeline
+	waitFor(t, 30*time.Second, "the container running in the timeline", func() bool {
+		before = get()
+		for _, e := range before.Entries {
+			if e.Kind == timeline.KindContainer && e.State == "running" {
+				return true
+			}
+		}
+		return false
+	})
+	p.Stop()
+	p.Start()
+	p.deletePod(t, ns, "lasting", 1)
+	var after timeline.Timeline
+	waitFor(t, 60*time.Second, "the deletion in the timeline after the restart", func() bool {
+		after = get()
+		for _, e := range after.Entries {
+			if e.Kind == timeline.KindDeletion {
+				return true
+			}
+		}
+		return false
+	})
+	if len(after.Entries) <= len(before.Entries) {
+		t.Fatalf("%d entries after the restart, %d before", len(after.Entries), len(before.Entries))
+	}
+	for i, e := range before.Entries {
+		if a := after.Entries[i]; !a.Time.Equal(e.Time) || a.Kind != e.Kind || a.State != e.State {
+			t.Errorf("entry %d was %+v before the restart, %+v after", i, e, a)
+		}
+	}
+}
+
+// waitFor polls cond every 200 ms until it holds, for at most timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
