@@ -52,7 +52,7 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	tars := []string{filepath.Join(own, "busybox.tar"), filepath.Join(own, "pause.tar")}
 
 	agnhost := filepath.Join(cache, "agnhost")
-	cmd = exec.Command("go", "build", "-trimpath", "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost")
 	cmd.Dir = moduleDir(repo)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = log, log
