@@ -149,12 +149,6 @@ func run(o options) (int, error) {
 		return 0, err
 	}
 	defer e2eLog.Close()
-	focus := selectFocus
-	if o.focus != "" {
-		// ginkgo ORs several --focus: join the two into one expression
-		// that needs both, in either order.
-		focus = fmt.Sprintf(`(?:%s).*(?:%s)|(?:%s).*(?:%s)`, selectFocus, o.focus, o.focus, selectFocus)
-	}
 	e2eArgs := []string{
 		"--kubeconfig=" + pv.kubeconfig(),
 		"--provider=skeleton",
@@ -163,12 +157,15 @@ func run(o options) (int, error) {
 		"--report-dir=" + o.out,
 	}
 	ginkgoArgs := []string{
-		"focus=" + focus,
+		"label-filter=" + selectLabels,
 		"skip=" + skipRegex(exclusions),
 		"json-report=" + jsonReport,
 		"junit-report=" + junitReport,
 		"timeout=" + o.timeout.String(),
 		"no-color",
+	}
+	if o.focus != "" {
+		ginkgoArgs = append(ginkgoArgs, "focus="+o.focus)
 	}
 	var cmd *exec.Cmd
 	if o.procs > 1 {

@@ -10,14 +10,16 @@ import (
 
 // The selection of issue 15: the sig-node specs that every node must pass
 // ([NodeConformance], [Conformance]), without those that need a dedicated
-// node or cluster set-up. The binary holds only sig-node packages
-// (suite/), but they also register a few specs of other SIGs' Describes.
+// node or cluster set-up. It is a ginkgo label filter (the framework gives
+// every [Tag] of a spec's text a label too), so that -focus can narrow it
+// down: ginkgo ANDs a label filter with --focus but ORs two --focus.
+//
+// [Feature:X] specs need a set-up a default cluster lacks; on-by-default
+// [Beta] feature gates are kept (their specs carry [FeatureGate:X] [Beta],
+// not [Feature:X]).
 const (
-	selectFocus = `\[sig-node\].*\[(NodeConformance|Conformance)\]`
-	// Features named [Feature:X] need a set-up a default cluster lacks;
-	// on-by-default [Beta] feature gates are kept (their specs carry
-	// [FeatureGate:X] [Beta], not [Feature:X]).
-	selectSkip = `\[Serial\]|\[Disruptive\]|\[Slow\]|\[Flaky\]|\[Alpha\]|\[Feature:[^\]]+\]|\[sig-windows\]|\[Windows\]|Windows`
+	selectLabels = `sig-node && (Conformance || NodeConformance) && !Serial && !Disruptive && !Slow && !Flaky && !Alpha && !/^Feature:/`
+	selectSkip   = `\[sig-windows\]|Windows`
 )
 
 // exclusion is one line of exclusions.txt: specs whose full text matches
