@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +29,12 @@ const (
 	// nginxImage is a stand-in: agnhost's netexec serving HTTP on port 80,
 	// nginx's port. The specs that name it only need a container that runs
 	// and differs from agnhost (the image update spec) or serves HTTP on 80.
-	nginxImage = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
+	nginxImage      = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
+	nonrootImage    = "registry.k8s.io/e2e-test-images/nonroot:1.5"
+	nonewprivsImage = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	// glibcDNSImage is a stand-in: busybox, whose hostname -f the hostname
+	// override specs run, instead of Debian's glibc.
+	glibcDNSImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
 )
 
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
@@ -59,24 +65,48 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("building agnhost: %w", err)
 	}
-	files, err := agnhostFiles(agnhost)
+	nnp := filepath.Join(cache, "nnp")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", nnp, "k8s.io/kubernetes/test/images/nonewprivs")
+	cmd.Dir = moduleDir(repo)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("building nonewprivs: %w", err)
+	}
+	base, err := busyboxFiles()
 	if err != nil {
 		return nil, err
 	}
+	agnhostLayer, err := agnhostFiles(base, agnhost)
+	if err != nil {
+		return nil, err
+	}
+	nnpBin, err := os.ReadFile(nnp)
+	if err != nil {
+		return nil, err
+	}
+	nnpLayer := maps.Clone(base)
+	// Set-uid, as upstream's `chmod +s`: the specs check the effective uid.
+	nnpLayer["usr/local/bin/nnp"] = file{mode: 0o6755, data: nnpBin}
 	for _, im := range []struct {
-		ref string
-		cfg v1.Config
+		ref   string
+		cfg   v1.Config
+		files map[string]file
 	}{
 		// As upstream's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"].
-		{agnhostImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}},
-		{nginxImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}},
+		{agnhostImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
+		{nginxImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
+		// Upstream: alpine with USER 1234.
+		{nonrootImage, v1.Config{User: "1234"}, base},
+		{nonewprivsImage, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
+		{glibcDNSImage, v1.Config{}, base},
 	} {
 		im.cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		im.cfg.ExposedPorts = map[string]struct{}{}
 		for _, p := range []string{"80", "8080", "8081", "9376", "5000"} {
 			im.cfg.ExposedPorts[p+"/tcp"] = struct{}{}
 		}
-		p, err := cachedImage(cache, im.ref, im.cfg, files)
+		p, err := cachedImage(cache, im.ref, im.cfg, im.files)
 		if err != nil {
 			return nil, err
 		}
@@ -85,23 +115,49 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	return tars, nil
 }
 
-// agnhostFiles is the layer of upstream's agnhost image, as far as its
-// Dockerfile matters to the specs: /agnhost and the /agnhost-2 link the
-// entrypoint specs use, /uploads for netexec, porter's certificate, the
-// user and group a SupplementalGroups spec expects in the image, and a shell
-// with the usual tools (busybox).
-func agnhostFiles(agnhost string) (map[string]file, error) {
-	bin, err := os.ReadFile(agnhost)
-	if err != nil {
-		return nil, err
-	}
+// busyboxFiles is the base of the images built here, as alpine is
+// upstream's: a shell and the usual tools (Debian's static busybox, applets
+// in /bin and where busybox installs them), root's and nobody's accounts,
+// and a curl.
+func busyboxFiles() (map[string]file, error) {
 	bb, err := os.ReadFile(busyboxBinary)
 	if err != nil {
-		return nil, fmt.Errorf("agnhost image: %w (apt-get install busybox-static)", err)
+		return nil, fmt.Errorf("test images: %w (apt-get install busybox-static)", err)
 	}
 	applets, err := exec.Command(busyboxBinary, "--list-full").Output()
 	if err != nil {
-		return nil, fmt.Errorf("agnhost image: %s --list-full: %w", busyboxBinary, err)
+		return nil, fmt.Errorf("test images: %s --list-full: %w", busyboxBinary, err)
+	}
+	files := map[string]file{
+		"tmp":         {mode: 0o1777, dir: true},
+		"root":        {mode: 0o700, dir: true},
+		"etc/passwd":  {mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+		"etc/group":   {mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\n")},
+		"bin/busybox": {mode: 0o755, data: bb},
+		// Hooks of the lifecycle specs run `curl URL`; busybox has no curl
+		// but a wget that GETs the same way.
+		"usr/bin/curl": {mode: 0o755, data: []byte(curlStandIn)},
+	}
+	for _, full := range strings.Fields(string(applets)) {
+		applet := full[strings.LastIndexByte(full, '/')+1:]
+		for _, p := range []string{"bin/" + applet, full} {
+			if _, ok := files[p]; !ok {
+				files[p] = file{link: "/bin/busybox"}
+			}
+		}
+	}
+	return files, nil
+}
+
+// agnhostFiles is the layer of upstream's agnhost image, as far as its
+// Dockerfile matters to the specs: base plus /agnhost and the /agnhost-2
+// link the entrypoint specs use, /uploads for netexec, porter's
+// certificate, and the user and group a SupplementalGroups spec expects in
+// the image.
+func agnhostFiles(base map[string]file, agnhost string) (map[string]file, error) {
+	bin, err := os.ReadFile(agnhost)
+	if err != nil {
+		return nil, err
 	}
 	src := filepath.Join(moduleCacheDir(), "k8s.io", "kubernetes@v1.36.3", "test", "images", "agnhost", "porter")
 	crt, err := os.ReadFile(filepath.Join(src, "localhost.crt"))
@@ -112,32 +168,21 @@ func agnhostFiles(agnhost string) (map[string]file, error) {
 	if err != nil {
 		return nil, err
 	}
-	files := map[string]file{
+	files := maps.Clone(base)
+	for p, f := range map[string]file{
 		"agnhost":       {mode: 0o755, data: bin},
 		"agnhost-2":     {link: "agnhost"},
 		"localhost.crt": {mode: 0o644, data: crt},
 		"localhost.key": {mode: 0o600, data: key},
 		"uploads":       {mode: 0o755, dir: true},
-		"tmp":           {mode: 0o1777, dir: true},
-		"root":          {mode: 0o700, dir: true},
 		"etc/passwd": {mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\n" +
 			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n" +
 			"nobody:x:65534:65534:nobody:/:/bin/false\n")},
 		"etc/group": {mode: 0o644, data: []byte("root:x:0:\nuser-defined-in-image:x:1000:\n" +
 			"group-defined-in-image:x:50000:user-defined-in-image\nnobody:x:65534:\n")},
 		"home/user-defined-in-image": {mode: 0o755, dir: true, uid: 1000, gid: 1000},
-		"bin/busybox":                {mode: 0o755, data: bb},
-		// Hooks of the lifecycle specs run `curl URL` in this image; busybox
-		// has no curl but a wget that GETs the same way.
-		"usr/bin/curl": {mode: 0o755, data: []byte(curlStandIn)},
-	}
-	for _, full := range strings.Fields(string(applets)) {
-		applet := full[strings.LastIndexByte(full, '/')+1:]
-		for _, p := range []string{"bin/" + applet, full} {
-			if _, ok := files[p]; !ok {
-				files[p] = file{link: "/bin/busybox"}
-			}
-		}
+	} {
+		files[p] = f
 	}
 	return files, nil
 }

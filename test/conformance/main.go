@@ -184,6 +184,9 @@ func run(o options) (int, error) {
 		cmd = exec.Command(filepath.Join(bin, "e2e.test"), args...)
 	}
 	cmd.Dir = work
+	// Its own process group, which gets the runner's ^C: the ginkgo CLI
+	// does not pass a signal sent to it alone on to its spec processes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdout = io.MultiWriter(os.Stdout, e2eLog)
 	cmd.Stderr = io.MultiWriter(os.Stderr, e2eLog)
 	started := time.Now()
@@ -196,7 +199,7 @@ func run(o options) (int, error) {
 	select {
 	case runErr = <-done:
 	case s := <-signals:
-		_ = cmd.Process.Signal(s)
+		_ = syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
 		runErr = <-done
 	}
 	fmt.Printf("\nspec run took %v (%v)\n", time.Since(started).Round(time.Second), runErr)

@@ -19,6 +19,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace/noop"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	criclient "k8s.io/cri-client/pkg"
@@ -171,6 +172,12 @@ func (p *podvisor) deletePods(logf func(string, ...any)) {
 	}
 	zero := int64(0)
 	for _, pod := range pods.Items {
+		// A spec cut short leaves its test finalizers behind, which keep
+		// the pod in the API however long podvisor has stopped it.
+		if len(pod.Finalizers) > 0 {
+			_, _ = c.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType,
+				[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+		}
 		_ = c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 	for ctx.Err() == nil {
