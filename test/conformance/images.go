@@ -26,6 +26,9 @@ import (
 // (k8s.io/kubernetes/test/utils/image/manifest.go).
 const (
 	agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	// agnhostPrevImage is a stand-in: the same build under the previous
+	// tag, which the Pod lifecycle spec only needs to run.
+	agnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
 	// nginxImage is a stand-in: agnhost's netexec serving HTTP on port 80,
 	// nginx's port. The specs that name it only need a container that runs
 	// and differs from agnhost (the image update spec) or serves HTTP on 80.
@@ -89,24 +92,24 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	// Set-uid, as upstream's `chmod +s`: the specs check the effective uid.
 	nnpLayer["usr/local/bin/nnp"] = file{mode: 0o6755, data: nnpBin}
 	for _, im := range []struct {
-		ref   string
+		refs  []string
 		cfg   v1.Config
 		files map[string]file
 	}{
 		// As upstream's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"].
-		{agnhostImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
-		{nginxImage, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
+		{[]string{agnhostImage, agnhostPrevImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
+		{[]string{nginxImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
 		// Upstream: alpine with USER 1234.
-		{nonrootImage, v1.Config{User: "1234"}, base},
-		{nonewprivsImage, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
-		{glibcDNSImage, v1.Config{}, base},
+		{[]string{nonrootImage}, v1.Config{User: "1234"}, base},
+		{[]string{nonewprivsImage}, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
+		{[]string{glibcDNSImage}, v1.Config{}, base},
 	} {
 		im.cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		im.cfg.ExposedPorts = map[string]struct{}{}
 		for _, p := range []string{"80", "8080", "8081", "9376", "5000"} {
 			im.cfg.ExposedPorts[p+"/tcp"] = struct{}{}
 		}
-		p, err := cachedImage(cache, im.ref, im.cfg, im.files)
+		p, err := cachedImage(cache, im.refs, im.cfg, im.files)
 		if err != nil {
 			return nil, err
 		}
@@ -204,24 +207,22 @@ type file struct {
 	uid, gid int
 }
 
-// cachedImage returns the docker-archive tar of ref made of files and cfg,
+// cachedImage returns the docker-archive tar of the image made of files and
+// cfg, tagged with every one of refs,
 // writing it the first time.
-func cachedImage(cache, ref string, cfg v1.Config, files map[string]file) (string, error) {
+func cachedImage(cache string, refs []string, cfg v1.Config, files map[string]file) (string, error) {
+	ref := refs[0]
 	layer, err := layerTar(files)
 	if err != nil {
 		return "", err
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%q\n%q\n%v\n", ref, cfg.Entrypoint, cfg.Cmd, cfg.Env)
+	fmt.Fprintf(h, "%q\n%q\n%q\n%v\n%s\n", refs, cfg.Entrypoint, cfg.Cmd, cfg.Env, cfg.User)
 	h.Write(layer)
 	short := ref[strings.LastIndexByte(ref, '/')+1:]
 	p := filepath.Join(cache, fmt.Sprintf("%s-%x.tar", strings.ReplaceAll(short, ":", "-"), h.Sum(nil)[:8]))
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
-	}
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return "", err
 	}
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layer)), nil
@@ -243,7 +244,15 @@ func cachedImage(cache, ref string, cfg v1.Config, files map[string]file) (strin
 	}
 	// Written beside and renamed: a half-written tar is never found.
 	tmp := fmt.Sprintf("%s.%d", p, os.Getpid())
-	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+	tagged := map[name.Reference]v1.Image{}
+	for _, r := range refs {
+		tag, err := name.NewTag(r)
+		if err != nil {
+			return "", err
+		}
+		tagged[tag] = img
+	}
+	if err := tarball.MultiRefWriteToFile(tmp, tagged); err != nil {
 		os.Remove(tmp)
 		return "", fmt.Errorf("image %s: %w", ref, err)
 	}
