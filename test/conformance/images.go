@@ -140,6 +140,9 @@ func busyboxFiles() (map[string]file, error) {
 		// Hooks of the lifecycle specs run `curl URL`; busybox has no curl
 		// but a wget that GETs the same way.
 		"usr/bin/curl": {mode: 0o755, data: []byte(curlStandIn)},
+		// Probe specs run scripts with /bin/bash, which upstream's agnhost
+		// has (alpine's bash); busybox's ash runs those scripts.
+		"bin/bash": {mode: 0o755, data: []byte("#!/bin/sh\n# podvisor conformance runner: a stand-in for bash, which busybox lacks.\nexec /bin/sh \"$@\"\n")},
 	}
 	for _, full := range strings.Fields(string(applets)) {
 		applet := full[strings.LastIndexByte(full, '/')+1:]
