@@ -121,9 +121,9 @@ func run(o options) (int, error) {
 	pv := &podvisor{bin: filepath.Join(bin, "podvisor"), dataDir: data, nodeName: "conformance",
 		logPath: filepath.Join(o.out, "podvisor.log")}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-	// A ^C or SIGTERM still stops podvisor and its pods: the spec run ends
-	// (it has the signal too, as part of the runner's process group) and
-	// the deferred stop runs.
+	// A ^C or SIGTERM during the spec run is passed on to the specs' process
+	// group; the run ends, the report is read and the deferred stop removes
+	// podvisor and its pods.
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(signals)
