@@ -1,0 +1,318 @@
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The images the sig-node specs run, under upstream's names for v1.36
+// (k8s.io/kubernetes/test/utils/image/manifest.go).
+const (
+	agnhostImage = "registry.k8s.io/e2e-test-images/agnhost:2.63.0"
+	// agnhostPrevImage is a stand-in: the same build under the previous
+	// tag, which the Pod lifecycle spec only needs to run.
+	agnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	// nginxImage is a stand-in: agnhost's netexec serving HTTP on port 80,
+	// nginx's port. The specs that name it only need a container that runs
+	// and differs from agnhost (the image update spec) or serves HTTP on 80.
+	nginxImage      = "registry.k8s.io/e2e-test-images/nginx:1.15-4"
+	nonrootImage    = "registry.k8s.io/e2e-test-images/nonroot:1.5"
+	nonewprivsImage = "registry.k8s.io/e2e-test-images/nonewprivs:1.4"
+	// glibcDNSImage is a stand-in: busybox, whose hostname -f the hostname
+	// override specs run, instead of Debian's glibc.
+	glibcDNSImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
+)
+
+// busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
+// image (upstream bases it on alpine, whose sh, nc and friends are busybox
+// too).
+const busyboxBinary = "/bin/busybox"
+
+// buildImages writes the tars of every image the specs need into cache and
+// returns their paths: busybox and pause from podvisor's own recipes
+// (test/images), agnhost and the nginx stand-in built here from upstream's
+// agnhost sources. Each agnhost-based tar is named after the hash of what
+// goes into it, so a re-run with unchanged inputs only checks that it exists.
+func buildImages(repo, cache string, log io.Writer) ([]string, error) {
+	own := filepath.Join(cache, "podvisor-images")
+	cmd := exec.Command("go", "run", "./test/images/build", "-o", own, "busybox", "pause")
+	cmd.Dir = repo
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("podvisor's test images (go run ./test/images/build): %w", err)
+	}
+	tars := []string{filepath.Join(own, "busybox.tar"), filepath.Join(own, "pause.tar")}
+
+	agnhost := filepath.Join(cache, "agnhost")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost")
+	cmd.Dir = moduleDir(repo)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("building agnhost: %w", err)
+	}
+	nnp := filepath.Join(cache, "nnp")
+	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", nnp, "k8s.io/kubernetes/test/images/nonewprivs")
+	cmd.Dir = moduleDir(repo)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("building nonewprivs: %w", err)
+	}
+	base, err := busyboxFiles()
+	if err != nil {
+		return nil, err
+	}
+	agnhostLayer, err := agnhostFiles(base, agnhost)
+	if err != nil {
+		return nil, err
+	}
+	nnpBin, err := os.ReadFile(nnp)
+	if err != nil {
+		return nil, err
+	}
+	nnpLayer := maps.Clone(base)
+	// Set-uid, as upstream's `chmod +s`: the specs check the effective uid.
+	nnpLayer["usr/local/bin/nnp"] = file{mode: 0o6755, data: nnpBin}
+	for _, im := range []struct {
+		refs  []string
+		cfg   v1.Config
+		files map[string]file
+	}{
+		// As upstream's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"].
+		{[]string{agnhostImage, agnhostPrevImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
+		{[]string{nginxImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
+		// Upstream: alpine with USER 1234.
+		{[]string{nonrootImage}, v1.Config{User: "1234"}, base},
+		{[]string{nonewprivsImage}, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
+		{[]string{glibcDNSImage}, v1.Config{}, base},
+	} {
+		im.cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		im.cfg.ExposedPorts = map[string]struct{}{}
+		for _, p := range []string{"80", "8080", "8081", "9376", "5000"} {
+			im.cfg.ExposedPorts[p+"/tcp"] = struct{}{}
+		}
+		p, err := cachedImage(cache, im.refs, im.cfg, im.files)
+		if err != nil {
+			return nil, err
+		}
+		tars = append(tars, p)
+	}
+	return tars, nil
+}
+
+// busyboxFiles is the base of the images built here, as alpine is
+// upstream's: a shell and the usual tools (Debian's static busybox, applets
+// in /bin and where busybox installs them), root's and nobody's accounts,
+// and a curl.
+func busyboxFiles() (map[string]file, error) {
+	bb, err := os.ReadFile(busyboxBinary)
+	if err != nil {
+		return nil, fmt.Errorf("test images: %w (apt-get install busybox-static)", err)
+	}
+	applets, err := exec.Command(busyboxBinary, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("test images: %s --list-full: %w", busyboxBinary, err)
+	}
+	files := map[string]file{
+		"tmp":         {mode: 0o1777, dir: true},
+		"root":        {mode: 0o700, dir: true},
+		"etc/passwd":  {mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")},
+		"etc/group":   {mode: 0o644, data: []byte("root:x:0:\nnobody:x:65534:\n")},
+		"bin/busybox": {mode: 0o755, data: bb},
+		// Hooks of the lifecycle specs run `curl URL`; busybox has no curl
+		// but a wget that GETs the same way.
+		"usr/bin/curl": {mode: 0o755, data: []byte(curlStandIn)},
+		// Probe specs run scripts with /bin/bash, which upstream's agnhost
+		// has (alpine's bash); busybox's ash runs those scripts.
+		"bin/bash": {mode: 0o755, data: []byte("#!/bin/sh\n# podvisor conformance runner: a stand-in for bash, which busybox lacks.\nexec /bin/sh \"$@\"\n")},
+	}
+	for _, full := range strings.Fields(string(applets)) {
+		applet := full[strings.LastIndexByte(full, '/')+1:]
+		for _, p := range []string{"bin/" + applet, full} {
+			if _, ok := files[p]; !ok {
+				files[p] = file{link: "/bin/busybox"}
+			}
+		}
+	}
+	return files, nil
+}
+
+// agnhostFiles is the layer of upstream's agnhost image, as far as its
+// Dockerfile matters to the specs: base plus /agnhost and the /agnhost-2
+// link the entrypoint specs use, /uploads for netexec, porter's
+// certificate, and the user and group a SupplementalGroups spec expects in
+// the image.
+func agnhostFiles(base map[string]file, agnhost string) (map[string]file, error) {
+	bin, err := os.ReadFile(agnhost)
+	if err != nil {
+		return nil, err
+	}
+	src := filepath.Join(moduleCacheDir(), "k8s.io", "kubernetes@v1.36.3", "test", "images", "agnhost", "porter")
+	crt, err := os.ReadFile(filepath.Join(src, "localhost.crt"))
+	if err != nil {
+		return nil, err
+	}
+	key, err := os.ReadFile(filepath.Join(src, "localhost.key"))
+	if err != nil {
+		return nil, err
+	}
+	files := maps.Clone(base)
+	for p, f := range map[string]file{
+		"agnhost":       {mode: 0o755, data: bin},
+		"agnhost-2":     {link: "agnhost"},
+		"localhost.crt": {mode: 0o644, data: crt},
+		"localhost.key": {mode: 0o600, data: key},
+		"uploads":       {mode: 0o755, dir: true},
+		"etc/passwd": {mode: 0o644, data: []byte("root:x:0:0:root:/root:/bin/sh\n" +
+			"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n" +
+			"nobody:x:65534:65534:nobody:/:/bin/false\n")},
+		"etc/group": {mode: 0o644, data: []byte("root:x:0:\nuser-defined-in-image:x:1000:\n" +
+			"group-defined-in-image:x:50000:user-defined-in-image\nnobody:x:65534:\n")},
+		"home/user-defined-in-image": {mode: 0o755, dir: true, uid: 1000, gid: 1000},
+	} {
+		files[p] = f
+	}
+	return files, nil
+}
+
+// curlStandIn GETs its last argument and prints the body, which is all the
+// selected specs ask of curl.
+const curlStandIn = `#!/bin/sh
+# podvisor conformance runner: a stand-in for curl, which busybox lacks.
+for a; do url=$a; done
+exec wget -q -O - "$url"
+`
+
+// file is one entry of a built layer, by its path without the leading /.
+type file struct {
+	mode     int64
+	data     []byte
+	link     string
+	dir      bool
+	uid, gid int
+}
+
+// cachedImage returns the docker-archive tar of the image made of files and
+// cfg, tagged with every one of refs,
+// writing it the first time.
+func cachedImage(cache string, refs []string, cfg v1.Config, files map[string]file) (string, error) {
+	ref := refs[0]
+	layer, err := layerTar(files)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%q\n%q\n%q\n%v\n%s\n", refs, cfg.Entrypoint, cfg.Cmd, cfg.Env, cfg.User)
+	h.Write(layer)
+	short := ref[strings.LastIndexByte(ref, '/')+1:]
+	p := filepath.Join(cache, fmt.Sprintf("%s-%x.tar", strings.ReplaceAll(short, ":", "-"), h.Sum(nil)[:8]))
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layer)), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	epoch := v1.Time{Time: time.Unix(0, 0).UTC()}
+	img, err := mutate.ConfigFile(empty.Image, &v1.ConfigFile{
+		Architecture: runtime.GOARCH, OS: "linux", Created: epoch, Config: cfg,
+	})
+	if err != nil {
+		return "", err
+	}
+	img, err = mutate.Append(img, mutate.Addendum{Layer: l,
+		History: v1.History{Created: epoch, CreatedBy: "podvisor conformance runner"}})
+	if err != nil {
+		return "", err
+	}
+	// Written beside and renamed: a half-written tar is never found.
+	tmp := fmt.Sprintf("%s.%d", p, os.Getpid())
+	tagged := map[name.Reference]v1.Image{}
+	for _, r := range refs {
+		tag, err := name.NewTag(r)
+		if err != nil {
+			return "", err
+		}
+		tagged[tag] = img
+	}
+	if err := tarball.MultiRefWriteToFile(tmp, tagged); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("image %s: %w", ref, err)
+	}
+	return p, os.Rename(tmp, p)
+}
+
+// layerTar writes files as a tar, sorted, with every time at the epoch, so
+// the same files give the same bytes; parent directories nobody listed are
+// added.
+func layerTar(files map[string]file) ([]byte, error) {
+	all := map[string]file{}
+	for p, f := range files {
+		all[p] = f
+		for d := filepath.Dir(p); d != "."; d = filepath.Dir(d) {
+			if _, ok := files[d]; !ok {
+				all[d] = file{mode: 0o755, dir: true}
+			}
+		}
+	}
+	paths := make([]string, 0, len(all))
+	for p := range all {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range paths {
+		f := all[p]
+		hdr := &tar.Header{Name: p, Mode: f.mode, Uid: f.uid, Gid: f.gid, ModTime: time.Unix(0, 0)}
+		switch {
+		case f.dir:
+			hdr.Typeflag, hdr.Name = tar.TypeDir, p+"/"
+		case f.link != "":
+			hdr.Typeflag, hdr.Linkname, hdr.Mode = tar.TypeSymlink, f.link, 0o777
+		default:
+			hdr.Typeflag, hdr.Size = tar.TypeReg, int64(len(f.data))
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return nil, err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// moduleCacheDir is GOMODCACHE, where the kubernetes module's sources are.
+func moduleCacheDir() string {
+	out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		return filepath.Join(os.Getenv("HOME"), "go", "pkg", "mod")
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,241 @@
+// Command conformance runs the upstream Kubernetes v1.36.3 sig-node e2e
+// specs against a podvisor of its own, offline:
+//
+//	go -C test/conformance run . [-focus REGEX] [-procs N] [-keep] [-out DIR]
+//
+// It builds podvisor, the e2e test binary (./suite) and the images the
+// specs run, under their upstream names; starts `podvisor up` on free ports
+// with a fresh data dir; imports the images; runs the selection (see
+// selection.go and exclusions.txt); writes ginkgo's JSON and JUnit reports
+// and a summary to the output directory and prints per-area counts; and
+// stops podvisor, removing everything it started. It must run as root, as
+// podvisor's containerd runtime does.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	focus := flag.String("focus", "", "run only the selected specs whose text matches this regular expression")
+	keep := flag.Bool("keep", false, "keep the work directory (podvisor's data dir, logs, binaries)")
+	out := flag.String("out", "conformance-results", "directory for the reports and the summary")
+	procs := flag.Int("procs", 1, "specs run at once (more than 1 runs them through the ginkgo CLI)")
+	timeout := flag.Duration("timeout", 2*time.Hour, "time limit of the whole spec run")
+	cache := flag.String("cache", defaultCache(), "directory where built images are kept between runs")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "unexpected arguments %q\n", flag.Args())
+		os.Exit(2)
+	}
+	code, err := run(options{focus: *focus, keep: *keep, out: *out, procs: *procs, timeout: *timeout, cache: *cache})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "conformance:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+type options struct {
+	focus, out, cache string
+	keep              bool
+	procs             int
+	timeout           time.Duration
+}
+
+func run(o options) (int, error) {
+	if os.Geteuid() != 0 {
+		return 0, fmt.Errorf("run as root: podvisor's containerd runtime needs it")
+	}
+	mod, err := os.Getwd()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(filepath.Join(mod, "suite")); err != nil {
+		return 0, fmt.Errorf("run from test/conformance (go -C test/conformance run .)")
+	}
+	repo := filepath.Dir(filepath.Dir(mod))
+	exclusions, err := readExclusions(filepath.Join(mod, "exclusions.txt"))
+	if err != nil {
+		return 0, err
+	}
+	if o.out, err = filepath.Abs(o.out); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return 0, err
+	}
+	if err := os.MkdirAll(o.cache, 0o755); err != nil {
+		return 0, err
+	}
+	work, err := os.MkdirTemp("", "podvisor-conformance-")
+	if err != nil {
+		return 0, err
+	}
+	if o.keep {
+		fmt.Printf("work directory (kept): %s\n", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	bin := filepath.Join(work, "bin")
+	buildLog, err := os.Create(filepath.Join(o.out, "build.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer buildLog.Close()
+
+	step("building podvisor")
+	// podvisor runs containerd-shim-runc-v2 and podvisor-shim from beside itself.
+	if err := goCmd(repo, buildLog, "build", "-o", bin+"/", "./cmd/podvisor", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2"); err != nil {
+		return 0, fmt.Errorf("building podvisor: %w (see %s)", err, buildLog.Name())
+	}
+	step("building the e2e test binary")
+	if err := goCmd(mod, buildLog, "test", "-c", "-o", filepath.Join(bin, "e2e.test"), "./suite"); err != nil {
+		return 0, fmt.Errorf("building e2e.test: %w (see %s)", err, buildLog.Name())
+	}
+	if o.procs > 1 {
+		if err := goCmd(mod, buildLog, "build", "-o", filepath.Join(bin, "ginkgo"), "github.com/onsi/ginkgo/v2/ginkgo"); err != nil {
+			return 0, fmt.Errorf("building the ginkgo CLI: %w (see %s)", err, buildLog.Name())
+		}
+	}
+	step("building the images")
+	tars, err := buildImages(repo, o.cache, buildLog)
+	if err != nil {
+		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
+	}
+
+	data := filepath.Join(work, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return 0, err
+	}
+	pv := &podvisor{bin: filepath.Join(bin, "podvisor"), dataDir: data, nodeName: "conformance",
+		logPath: filepath.Join(o.out, "podvisor.log")}
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	// A ^C or SIGTERM during the spec run is passed on to the specs' process
+	// group; the run ends, the report is read and the deferred stop removes
+	// podvisor and its pods.
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	step("starting podvisor")
+	defer func() {
+		step("stopping podvisor and removing its pods")
+		pv.stop(logf)
+	}()
+	if err := pv.start("10.244.0.0/16"); err != nil {
+		return 0, err
+	}
+	step("importing the images")
+	if err := pv.importImages(tars, buildLog); err != nil {
+		return 0, err
+	}
+
+	step("running the specs")
+	jsonReport := filepath.Join(o.out, "report.json")
+	junitReport := filepath.Join(o.out, "junit.xml")
+	os.Remove(jsonReport)
+	e2eLog, err := os.Create(filepath.Join(o.out, "e2e.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer e2eLog.Close()
+	e2eArgs := []string{
+		"--kubeconfig=" + pv.kubeconfig(),
+		"--provider=skeleton",
+		"--container-runtime-endpoint=" + pv.criEndpoint(),
+		"--node-os-distro=debian",
+		"--report-dir=" + o.out,
+	}
+	ginkgoArgs := []string{
+		"label-filter=" + selectLabels,
+		"skip=" + skipRegex(exclusions),
+		"json-report=" + jsonReport,
+		"junit-report=" + junitReport,
+		"timeout=" + o.timeout.String(),
+		"no-color",
+	}
+	if o.focus != "" {
+		ginkgoArgs = append(ginkgoArgs, "focus="+o.focus)
+	}
+	var cmd *exec.Cmd
+	if o.procs > 1 {
+		args := []string{"run", "--procs=" + strconv.Itoa(o.procs)}
+		for _, a := range ginkgoArgs {
+			args = append(args, "--"+a)
+		}
+		// The CLI writes the reports itself, merged over the processes.
+		args = append(args, filepath.Join(bin, "e2e.test"), "--")
+		cmd = exec.Command(filepath.Join(bin, "ginkgo"), append(args, e2eArgs...)...)
+	} else {
+		args := e2eArgs
+		for _, a := range ginkgoArgs {
+			args = append(args, "--ginkgo."+a)
+		}
+		cmd = exec.Command(filepath.Join(bin, "e2e.test"), args...)
+	}
+	cmd.Dir = work
+	// Its own process group, which gets the runner's ^C: the ginkgo CLI
+	// does not pass a signal sent to it alone on to its spec processes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdout = io.MultiWriter(os.Stdout, e2eLog)
+	cmd.Stderr = io.MultiWriter(os.Stderr, e2eLog)
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var runErr error
+	select {
+	case runErr = <-done:
+	case s := <-signals:
+		_ = syscall.Kill(-cmd.Process.Pid, s.(syscall.Signal))
+		runErr = <-done
+	}
+	fmt.Printf("\nspec run took %v (%v)\n", time.Since(started).Round(time.Second), runErr)
+
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "Run of %s, %d process(es), %v.\n\n", time.Now().UTC().Format(time.RFC3339), o.procs, time.Since(started).Round(time.Second))
+	failed, err := summarize(jsonReport, os.Stdout, &md)
+	if err != nil {
+		return 0, fmt.Errorf("reading the report: %w (spec run: %v)", err, runErr)
+	}
+	if err := os.WriteFile(filepath.Join(o.out, "summary.md"), md.Bytes(), 0o644); err != nil {
+		return 0, err
+	}
+	fmt.Printf("\nreports: %s, %s, %s\n", jsonReport, junitReport, filepath.Join(o.out, "summary.md"))
+	if failed > 0 || runErr != nil {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func step(what string) { fmt.Printf("==> %s\n", what) }
+
+// goCmd runs the go command in dir, its output to log.
+func goCmd(dir string, log io.Writer, args ...string) error {
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = log, log
+	return cmd.Run()
+}
+
+// moduleDir is this module's directory in the repo.
+func moduleDir(repo string) string { return filepath.Join(repo, "test", "conformance") }
+
+func defaultCache() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "podvisor-conformance")
+	}
+	return filepath.Join(os.TempDir(), "podvisor-conformance")
+}

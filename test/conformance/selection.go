@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+)
+
+// The selection of issue 15: the sig-node specs that every node must pass
+// ([NodeConformance], [Conformance]), without those that need a dedicated
+// node or cluster set-up. It is a ginkgo label filter (the framework gives
+// every [Tag] of a spec's text a label too), so that -focus can narrow it
+// down: ginkgo ANDs a label filter with --focus but ORs two --focus.
+//
+// [Feature:X] specs need a set-up a default cluster lacks; on-by-default
+// [Beta] feature gates are kept (their specs carry [FeatureGate:X] [Beta],
+// not [Feature:X]).
+const (
+	selectLabels = `sig-node && (Conformance || NodeConformance) && !Serial && !Disruptive && !Slow && !Flaky && !Alpha && !/^Feature:/`
+	selectSkip   = `\[sig-windows\]|Windows`
+)
+
+// exclusion is one line of exclusions.txt: specs whose full text matches
+// the regular expression are skipped, for the stated reason.
+type exclusion struct {
+	re     *regexp.Regexp
+	reason string
+}
+
+// readExclusions parses the exclusions file: one exclusion a line,
+// `REGEX | REASON`, split at the last " | "; blank lines and lines starting
+// with # are comments. A line without a reason is an error: every
+// exclusion must say why.
+func readExclusions(path string) ([]exclusion, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []exclusion
+	s := bufio.NewScanner(f)
+	for n := 1; s.Scan(); n++ {
+		line := strings.TrimSpace(s.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndex(line, " | ")
+		if i < 0 || strings.TrimSpace(line[i+3:]) == "" {
+			return nil, fmt.Errorf("%s:%d: want `REGEX | REASON`", path, n)
+		}
+		re, err := regexp.Compile(strings.TrimSpace(line[:i]))
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		out = append(out, exclusion{re: re, reason: strings.TrimSpace(line[i+3:])})
+	}
+	return out, s.Err()
+}
+
+// skipRegex joins the selection's skip with the exclusions into the one
+// regular expression ginkgo's --ginkgo.skip takes.
+func skipRegex(ex []exclusion) string {
+	parts := []string{selectSkip}
+	for _, e := range ex {
+		parts = append(parts, "(?:"+e.re.String()+")")
+	}
+	return strings.Join(parts, "|")
+}
