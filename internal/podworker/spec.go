@@ -268,13 +268,18 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		svcKeys = append(svcKeys, k)
 	}
 	sort.Strings(svcKeys)
-	// What nothing replaced: the service variables, then PATH and HOSTNAME.
+	// What nothing replaced: the service variables, then, for host
+	// processes, PATH and HOSTNAME. A runtime with images leaves those to the
+	// image and to itself, as under a kubelet: containerd sets HOSTNAME to
+	// the pod's hostname, and a PATH set here would replace the image's.
 	var defaults [][2]string
 	for _, k := range svcKeys {
 		defaults = append(defaults, [2]string{k, services[k]})
 	}
-	host, _ := os.Hostname()
-	defaults = append(defaults, [2]string{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, [2]string{"HOSTNAME", host})
+	if !m.cfg.Runtime.Features().Images {
+		host, _ := os.Hostname()
+		defaults = append(defaults, [2]string{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, [2]string{"HOSTNAME", host})
+	}
 	for _, kv := range defaults {
 		if _, ok := vars[kv[0]]; !ok {
 			if err := set(kv[0], kv[1]); err != nil {

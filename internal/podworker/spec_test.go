@@ -23,7 +23,7 @@ import (
 
 func envManager(objects ...k8sruntime.Object) *Manager {
 	cs := fake.NewClientset(objects...)
-	m := &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Allocatable: func() v1.ResourceList {
+	m := &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Runtime: newFakeRuntime(), Allocatable: func() v1.ResourceList {
 		return v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
 	}}}
 	m.vols = newVolumeManager(m)
@@ -256,5 +256,35 @@ func TestEnvAndCommandExpansionBounded(t *testing.T) {
 		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "expands to more than") {
 			t.Errorf("%s: %v, want a config error", name, err)
 		}
+	}
+}
+
+// Host processes get a PATH and the node's HOSTNAME; a runtime with images
+// leaves both to the image and to itself (containerd sets the pod's
+// hostname), as under a kubelet. A PATH the pod sets is kept either way.
+func TestPathAndHostnameOnlyForHostProcesses(t *testing.T) {
+	has := func(list []string, prefix string) bool {
+		for _, kv := range list {
+			if strings.HasPrefix(kv, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	m := envManager()
+	out := env(t, m, envPod(v1.Container{Name: "c"}))
+	if !has(out, "PATH=/usr/local/sbin:") || !has(out, "HOSTNAME=") {
+		t.Errorf("host process env %v, want PATH and HOSTNAME", out)
+	}
+	rt := newFakeRuntime()
+	rt.images = true
+	m.cfg.Runtime = rt
+	out = env(t, m, envPod(v1.Container{Name: "c"}))
+	if has(out, "PATH=") || has(out, "HOSTNAME=") {
+		t.Errorf("image runtime env %v, want neither PATH nor HOSTNAME", out)
+	}
+	out = env(t, m, envPod(v1.Container{Name: "c", Env: []v1.EnvVar{{Name: "PATH", Value: "/opt/bin"}}}))
+	if !has(out, "PATH=/opt/bin") {
+		t.Errorf("env %v, want the pod's PATH", out)
 	}
 }

@@ -36,6 +36,7 @@ type fakeRuntime struct {
 	// stopFailures StopSandbox calls fail first (as a CNI DEL can).
 	stopFailures int
 	podNetwork   bool // Features.PodNetwork
+	images       bool // Features.Images
 	// statusFailures Status calls of exited instances fail first (a
 	// runtime slow to answer).
 	statusFailures int
@@ -52,7 +53,7 @@ func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
 }
 
 func (f *fakeRuntime) Features() runtime.Features {
-	return runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: f.podNetwork}
+	return runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: f.podNetwork, Images: f.images}
 }
 
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
