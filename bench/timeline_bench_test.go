@@ -28,6 +28,7 @@ func BenchmarkTimelineStatus(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(rec.Close) // before the directory goes
 	s := &timeline.Statuses{Next: nopStatuses{}, Rec: rec}
 	pending := v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{
 		{Type: v1.PodScheduled, Status: v1.ConditionTrue}, {Type: v1.PodReadyToStartContainers, Status: v1.ConditionFalse},

@@ -129,6 +129,7 @@ func TestTimelinesSurviveARestartUntilForgotten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer third.Close() // its writer must be done before the directory goes
 	third.Record(Pod{Namespace: "ns", Name: "new", UID: "uid-new"}, Entry{Kind: KindEvent})
 	third.Keep(map[types.UID]bool{"uid-db": true})
 	if ps := third.Pods(); len(ps) != 2 || ps[0].UID != "uid-db" || ps[1].UID != "uid-new" {
