@@ -17,12 +17,22 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// HostnameAndDomain is the pod's hostname (spec.hostname, else its name,
-// cut to 63 characters without a trailing '-' or '.') and its domain
-// ("<subdomain>.<namespace>.svc.<clusterDomain>" with spec.subdomain, else
-// empty). A hostname or subdomain that is not a DNS label is an error
-// (the API validates them; a pod from elsewhere may not be).
+// HostnameAndDomain is the pod's hostname (spec.hostnameOverride, else
+// spec.hostname, else its name, cut to 63 characters without a trailing '-'
+// or '.') and its domain ("<subdomain>.<namespace>.svc.<clusterDomain>"
+// with spec.subdomain, else empty; none with hostnameOverride, which names
+// the pod whole, as upstream's HostnameOverride (Beta, on by default in
+// 1.36)). A hostname or subdomain that is not a DNS label, or an override
+// that is not a DNS subdomain, is an error (the API validates them; a pod
+// from elsewhere may not be).
 func HostnameAndDomain(pod *v1.Pod, clusterDomain string) (hostname, domain string, err error) {
+	if o := pod.Spec.HostnameOverride; o != nil {
+		if msgs := validation.IsDNS1123Subdomain(*o); len(msgs) != 0 {
+			return "", "", fmt.Errorf("pod HostnameOverride %q is not a valid DNS subdomain: %s", *o, strings.Join(msgs, ";"))
+		}
+		hostname, err = truncateHostname(pod.Name, *o)
+		return hostname, "", err
+	}
 	hostname = pod.Name
 	if h := pod.Spec.Hostname; h != "" {
 		if msgs := validation.IsDNS1123Label(h); len(msgs) != 0 {
@@ -30,11 +40,8 @@ func HostnameAndDomain(pod *v1.Pod, clusterDomain string) (hostname, domain stri
 		}
 		hostname = h
 	}
-	if len(hostname) > 63 {
-		hostname = strings.TrimRight(hostname[:63], "-.")
-		if hostname == "" {
-			return "", "", fmt.Errorf("hostname for pod %q was invalid: %q", pod.Name, pod.Name)
-		}
+	if hostname, err = truncateHostname(pod.Name, hostname); err != nil {
+		return "", "", err
 	}
 	if s := pod.Spec.Subdomain; s != "" {
 		if msgs := validation.IsDNS1123Label(s); len(msgs) != 0 {
@@ -43,6 +50,19 @@ func HostnameAndDomain(pod *v1.Pod, clusterDomain string) (hostname, domain stri
 		domain = fmt.Sprintf("%s.%s.svc.%s", s, pod.Namespace, clusterDomain)
 	}
 	return hostname, domain, nil
+}
+
+// truncateHostname cuts hostname to the 63 characters a label holds,
+// without a trailing '-' or '.'.
+func truncateHostname(podName, hostname string) (string, error) {
+	if len(hostname) <= 63 {
+		return hostname, nil
+	}
+	cut := strings.TrimRight(hostname[:63], "-.")
+	if cut == "" {
+		return "", fmt.Errorf("hostname for pod %q was invalid: %q", podName, hostname)
+	}
+	return cut, nil
 }
 
 // KernelHostname is the hostname the pod's UTS namespace gets: the FQDN

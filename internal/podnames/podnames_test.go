@@ -38,6 +38,13 @@ func TestHostnameAndDomain(t *testing.T) {
 		{name: "FQDN over 64", pod: pod(func(p *v1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = strings.Repeat("h", 40), "sub" }), fqdn: ptr.To(true),
 			hostname: strings.Repeat("h", 40), domain: "sub.shop.svc.cluster.local",
 			err: "failed to construct FQDN from pod hostname and cluster domain, FQDN " + strings.Repeat("h", 40) + ".sub.shop.svc.cluster.local is too long (64 characters is the max, 67 characters requested)"},
+		{name: "hostnameOverride names the pod whole: no subdomain", pod: pod(func(p *v1.Pod) {
+			p.Spec.Hostname, p.Spec.Subdomain, p.Spec.HostnameOverride = "db-0", "db", ptr.To("my.host-name")
+		}), hostname: "my.host-name", kernel: "my.host-name"},
+		{name: "hostnameOverride cut to 63", pod: pod(func(p *v1.Pod) { p.Spec.HostnameOverride = ptr.To(strings.Repeat("a", 62) + ".bbb") }),
+			hostname: strings.Repeat("a", 62), kernel: strings.Repeat("a", 62)},
+		{name: "bad hostnameOverride", pod: pod(func(p *v1.Pod) { p.Spec.HostnameOverride = ptr.To("Not_A_Subdomain") }),
+			err: `pod HostnameOverride "Not_A_Subdomain" is not a valid DNS subdomain`},
 		{name: "bad hostname", pod: pod(func(p *v1.Pod) { p.Spec.Hostname = "Not_A_Label" }),
 			err: `pod Hostname "Not_A_Label" is not a valid DNS label`},
 	} {
