@@ -95,7 +95,8 @@ func TestCrashRestarts(t *testing.T) {
 			t.Errorf("kill %d: ready after %v, want within 60s", i+1, ready)
 		}
 		if v, _, _ := checker.report(); len(v) > 0 && os.Getenv("PODVISOR_CRASH_KEEP_GOING") == "" {
-			t.Logf("stopping after kill %d: violations seen", i+1)
+			// Said now: a later step that times out ends the test before the report.
+			t.Logf("stopping after kill %d: violations seen: %v", i+1, v)
 			break
 		}
 	}

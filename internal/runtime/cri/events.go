@@ -193,4 +193,11 @@ func (r *Runtime) handleEvent(ev *runtimeapi.ContainerEventResponse) {
 		return
 	}
 	r.events.observe(id, podUID, name, state)
+	if state == runtime.StateExited && r.hadEarlyExit(id) {
+		// The exit was reported early; the CRI's own report comes once
+		// containerd has drained the container's output into its log: the
+		// agent reads the status again (a termination message taken from
+		// the log's tail is then complete).
+		r.events.again(id)
+	}
 }

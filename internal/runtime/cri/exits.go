@@ -62,6 +62,14 @@ func (r *Runtime) pruneEarlyExits(now time.Time) {
 	}
 }
 
+// hadEarlyExit: container id's exit was reported early.
+func (r *Runtime) hadEarlyExit(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.early[id]
+	return ok
+}
+
 // withEarlyExit gives st the exit heard early if the CRI does not report
 // it yet, and forgets the early exit once the CRI does.
 func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -29,8 +31,14 @@ func TestAnEarlyExitIsReportedBeforeTheCRIs(t *testing.T) {
 	if st.State != runtime.StateExited || st.ExitCode != 3 || !st.FinishedAt.Equal(at) || st.Reason != "" {
 		t.Errorf("status %+v while the CRI still says running, want exited 3 at %v", st, at)
 	}
-	// The CRI reports the exit: its status is the one.
+	// The CRI's own event of the exit announces it once more, so that the
+	// agent reads the CRI's final status (and the log's tail).
 	exitInFake(f, id)
+	f.events <- &runtimeapi.ContainerEventResponse{ContainerId: id,
+		ContainerEventType: runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT,
+		PodSandboxStatus:   &runtimeapi.PodSandboxStatus{Id: "sandbox"}}
+	waitEvent(t, r, id, runtime.StateExited, 5*time.Second)
+	// The CRI reports the exit: its status is the one.
 	if st, _ := r.Status(context.Background(), id); st.State != runtime.StateExited || st.FinishedAt.Equal(at) {
 		t.Errorf("status %+v, want the CRI's", st)
 	}

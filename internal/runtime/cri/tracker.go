@@ -118,6 +118,26 @@ func (t *tracker) record(id, podUID, name string, s runtime.State, sandbox bool)
 	}
 }
 
+// again queues one more event of container id in its current state: the
+// agent reads its status once more.
+func (t *tracker) again(id string) {
+	t.mu.Lock()
+	c, ok := t.known[id]
+	if !ok || c.sandbox {
+		t.mu.Unlock()
+		return
+	}
+	if _, queued := t.pending[id]; !queued {
+		t.order = append(t.order, id)
+	}
+	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: c.state}
+	t.mu.Unlock()
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
 // lookup returns what is known of container id.
 func (t *tracker) lookup(id string) (podUID, name string, s runtime.State, ok bool) {
 	t.mu.Lock()
