@@ -244,6 +244,7 @@ func renderedDOM(t *testing.T, browser, url string, extra ...string) string {
 // the node's page lists the pod.
 func TestTimelinePage(t *testing.T) {
 	t.Parallel()
+	processRuntimeOnly(t)
 	browser := chromium(t)
 	p := Shared(t)
 	ns := p.Namespace("timeline-page")
@@ -272,6 +273,7 @@ func TestTimelinePage(t *testing.T) {
 // still there, and the running pod's story goes on in it.
 func TestTimelineSurvivesARestart(t *testing.T) {
 	t.Parallel()
+	processRuntimeOnly(t)
 	p := NewPodvisor(t)
 	p.Start()
 	ns := p.Namespace("timeline-restart")
@@ -337,5 +339,16 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// processRuntimeOnly skips a test of something no runtime changes (the
+// timeline's page, its files) unless the suite runs on the process runtime:
+// .ci/run runs the suite on both, and the containerd half, already the
+// heavier, need not start Chromium or another podvisor and containerd for it.
+func processRuntimeOnly(t *testing.T) {
+	t.Helper()
+	if e2eRuntime() != "process" {
+		t.Skip("runtime-independent: runs with PODVISOR_E2E_RUNTIME=process")
 	}
 }
