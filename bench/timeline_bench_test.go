@@ -17,7 +17,7 @@ import (
 type nopStatuses struct{}
 
 func (nopStatuses) Set(*v1.Pod, v1.PodStatus, bool) {}
-func (nopStatuses) Forget(types.UID)                 {}
+func (nopStatuses) Forget(types.UID)                {}
 
 // BenchmarkTimelineStatus is what the timeline adds to each status the pod
 // workers write: the diff against the last one and the record, on disk as
