@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestBoundsPerPodAndPerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 15 {
-		r.Record(web, Entry{Kind: KindEvent, Message: itoa(i)})
+		r.Record(web, Entry{Kind: KindEvent, Message: strconv.Itoa(i)})
 	}
 	tl, _ := r.Get("ns", "web")
 	if len(tl.Entries) != 10 || tl.Entries[0].Message != "5" || tl.Dropped != 5 {
@@ -83,7 +84,7 @@ func TestTimelinesSurviveARestartUntilForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 { // past twice PerPod: the file is rewritten
-		r.Record(web, Entry{Kind: KindEvent, Message: itoa(i)})
+		r.Record(web, Entry{Kind: KindEvent, Message: strconv.Itoa(i)})
 	}
 	code := int32(3)
 	r.Record(web, Entry{Kind: KindContainer, Container: "c", State: "terminated", ExitCode: &code})

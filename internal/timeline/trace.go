@@ -2,6 +2,7 @@ package timeline
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -46,14 +47,14 @@ func Trace(t Timeline) ([]byte, error) {
 		return id
 	}
 	for _, lane := range Lanes(t) {
-		tid := tid(lane.Container)
+		track := tid(lane.Container)
 		for _, seg := range lane.Segments {
 			label := seg.Entry.State
 			if seg.Entry.Reason != "" {
 				label += " (" + seg.Entry.Reason + ")"
 			}
 			out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "X", Ts: us(seg.Start),
-				Dur: max(1, us(seg.End)-us(seg.Start)), Pid: 1, Tid: tid, Args: traceArgs(seg.Entry)})
+				Dur: max(1, us(seg.End)-us(seg.Start)), Pid: 1, Tid: track, Args: traceArgs(seg.Entry)})
 		}
 		for _, e := range lane.Marks {
 			label := e.Kind
@@ -62,7 +63,7 @@ func Trace(t Timeline) ([]byte, error) {
 			} else if e.State != "" {
 				label += " " + e.Name + " " + e.State
 			}
-			out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "i", S: "t", Ts: us(e.Time), Pid: 1, Tid: tid, Args: traceArgs(e)})
+			out.TraceEvents = append(out.TraceEvents, event{Name: label, Ph: "i", S: "t", Ts: us(e.Time), Pid: 1, Tid: track, Args: traceArgs(e)})
 		}
 	}
 	return json.Marshal(out)
@@ -76,12 +77,7 @@ func traceArgs(e Entry) map[string]string {
 		}
 	}
 	if e.ExitCode != nil {
-		args["exitCode"] = itoa(int(*e.ExitCode))
+		args["exitCode"] = strconv.Itoa(int(*e.ExitCode))
 	}
 	return args
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }

@@ -1,8 +1,10 @@
 package timeline
 
 import (
+	"cmp"
 	"embed"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -46,16 +48,14 @@ type Summary struct {
 
 // Summaries lists the pods with a timeline, by namespace and name.
 func (r *Recorder) Summaries() []Summary {
-	pods := r.Pods()
-	out := make([]Summary, 0, len(pods))
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range pods {
-		l, ok := r.pods[p.UID]
-		if !ok {
-			continue
-		}
-		out = append(out, Summary{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Entries: len(l.Entries), Last: last(l)})
+	out := make([]Summary, 0, len(r.pods))
+	for _, p := range r.pods {
+		out = append(out, Summary{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Entries: len(p.Entries), Last: last(p)})
 	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b Summary) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
 	return out
 }

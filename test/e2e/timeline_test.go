@@ -21,14 +21,9 @@ import (
 // podvisorTimeline runs `podvisor timeline` against p and returns its stdout.
 func (p *Podvisor) timeline(t *testing.T, ns, pod string, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"timeline", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"), "-n", ns, pod}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), &exec.ExitError{ProcessState: cmd.ProcessState, Stderr: []byte(stderr.String())}
-	}
-	return string(out), nil
+	// Output keeps stderr in the *exec.ExitError it returns.
+	out, err := exec.Command(binary, append([]string{"timeline", "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"), "-n", ns, pod}, args...)...).Output()
+	return string(out), err
 }
 
 // A pod's timeline, through `podvisor timeline` (the API server's node
