@@ -108,13 +108,15 @@ func TestCrashRestarts(t *testing.T) {
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, 3*time.Minute, "every pod gone from the API", func() (bool, error) {
-		list, err := p.Admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			return false, err
+	if left := waitPodsGone(p, ns, 3*time.Minute); len(left) > 0 {
+		// Said in full: the data dirs (and podvisor's logs) go with the test.
+		for _, pod := range left {
+			t.Logf("left: %s", describeLeftPod(&pod))
 		}
-		return len(list.Items) == 0, fmt.Errorf("%d pods left", len(list.Items))
-	})
+		saveCrashLogs(p.DataDir, a.DataDir)
+		logPodLines(t, left, p.DataDir, a.DataDir)
+		t.Fatalf("%d pods still in the API 3m after a graceful delete of all", len(left))
+	}
 	// The watch may be in a back-off after the last kill: wait until it has
 	// seen every pod it saw leave (a relist reports those deleted meanwhile).
 	Eventually(t, 2*time.Minute, "the watch to see every pod leave", func() (bool, error) {
@@ -184,12 +186,7 @@ func watchCrashPods(ctx context.Context, p *Podvisor, ns string, checker *crashC
 // logAgentLines prints what podvisor logged about the pods that were left
 // behind, before the data dirs (and their logs) are removed.
 func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
-	if dir := os.Getenv("PODVISOR_CRASH_SAVE_LOGS"); dir != "" {
-		for i, d := range dataDirs {
-			b, _ := os.ReadFile(filepath.Join(d, "podvisor.log"))
-			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("podvisor-%d.log", i)), b, 0o644)
-		}
-	}
+	saveCrashLogs(dataDirs...)
 	var needles []string
 	checker.mu.Lock()
 	for uid, pp := range checker.pods {
@@ -198,6 +195,57 @@ func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
 		}
 	}
 	checker.mu.Unlock()
+	logLinesNaming(t, needles, dataDirs...)
+}
+
+// waitPodsGone waits until ns has no pods and returns those still there at
+// the deadline.
+func waitPodsGone(p *Podvisor, ns string, timeout time.Duration) []v1.Pod {
+	deadline := time.Now().Add(timeout)
+	for {
+		list, err := p.Admin.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) && err == nil {
+			return list.Items
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// describeLeftPod says where a pod that never went stands: its node, phase,
+// deletion and each container's state.
+func describeLeftPod(pod *v1.Pod) string {
+	s := fmt.Sprintf("%s uid %s node %s phase %s deletion %v grace %v finalizers %v",
+		pod.Name, pod.UID, pod.Spec.NodeName, pod.Status.Phase, pod.DeletionTimestamp,
+		ptr.Deref(pod.DeletionGracePeriodSeconds, -1), pod.Finalizers)
+	all := append(append([]v1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...)
+	for _, c := range all {
+		switch st := c.State; {
+		case st.Running != nil:
+			s += fmt.Sprintf("; %s running since %v", c.Name, st.Running.StartedAt)
+		case st.Terminated != nil:
+			s += fmt.Sprintf("; %s terminated %d %s", c.Name, st.Terminated.ExitCode, st.Terminated.Reason)
+		case st.Waiting != nil:
+			s += fmt.Sprintf("; %s waiting %s", c.Name, st.Waiting.Reason)
+		}
+	}
+	return s
+}
+
+// logPodLines prints podvisor's log lines naming any of pods.
+func logPodLines(t *testing.T, pods []v1.Pod, dataDirs ...string) {
+	var needles []string
+	for _, pod := range pods {
+		needles = append(needles, string(pod.UID), pod.Name)
+	}
+	logLinesNaming(t, needles, dataDirs...)
+}
+
+// logLinesNaming prints the lines of each data dir's podvisor.log that
+// contain any of needles.
+func logLinesNaming(t *testing.T, needles []string, dataDirs ...string) {
 	for _, d := range dataDirs {
 		b, _ := os.ReadFile(filepath.Join(d, "podvisor.log"))
 		for _, line := range strings.Split(string(b), "\n") {
@@ -207,6 +255,16 @@ func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
 					break
 				}
 			}
+		}
+	}
+}
+
+// saveCrashLogs copies podvisor's logs to $PODVISOR_CRASH_SAVE_LOGS, if set.
+func saveCrashLogs(dataDirs ...string) {
+	if dir := os.Getenv("PODVISOR_CRASH_SAVE_LOGS"); dir != "" {
+		for i, d := range dataDirs {
+			b, _ := os.ReadFile(filepath.Join(d, "podvisor.log"))
+			_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("podvisor-%d.log", i)), b, 0o644)
 		}
 	}
 }
