@@ -170,7 +170,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	removeFile(m.terminationFile)
 	r.mu.Lock()
 	delete(r.containers, id)
-	delete(r.early, id)
+	r.forgetEarlyExitLocked(id)
 	r.mu.Unlock()
 	r.events.forget(id)
 	r.log.Info("container removed", "container", m.name, "id", id)

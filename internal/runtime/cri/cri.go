@@ -152,6 +152,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		containers: map[string]containerMeta{},
 		early:      map[string]earlyExit{},
 	}
+	if err := r.loadEarlyExits(); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("cri runtime: %w", err)
+	}
 	if err := r.seed(ctx); err != nil {
 		r.Close()
 		return nil, err

@@ -98,7 +98,7 @@ func (r *Runtime) relistOnce(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
-	r.pruneEarlyExits(r.clock.Now())
+	r.pruneEarlyExits(listed)
 	return nil
 }
 

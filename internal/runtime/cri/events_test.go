@@ -25,6 +25,7 @@ type fakeCRI struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 	events chan *runtimeapi.ContainerEventResponse
+	sock   string
 
 	mu         sync.Mutex
 	sandboxes  map[string]*runtimeapi.PodSandboxStatus
@@ -87,6 +88,13 @@ func (f *fakeCRI) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSt
 	return &runtimeapi.ContainerStatusResponse{Status: c}, nil
 }
 
+func (f *fakeCRI) RemoveContainer(_ context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.containers, req.ContainerId)
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
 func (f *fakeCRI) ListContainers(context.Context, *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -145,14 +153,21 @@ func fakeRuntime(t *testing.T, relist time.Duration) (*Runtime, *fakeCRI) {
 	runtimeapi.RegisterImageServiceServer(srv, f)
 	go srv.Serve(l)
 	t.Cleanup(srv.Stop)
+	f.sock = sock
+	return connectFake(t, f, relist, t.TempDir()), f
+}
+
+// connectFake is a Runtime on f's socket keeping its state in stateDir.
+func connectFake(t *testing.T, f *fakeCRI, relist time.Duration, stateDir string) *Runtime {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := New(ctx, Config{Endpoint: sock, StateDir: t.TempDir(), RelistPeriod: relist, Log: slog.New(slog.DiscardHandler)})
+	r, err := New(ctx, Config{Endpoint: f.sock, StateDir: stateDir, RelistPeriod: relist, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
-	return r, f
+	return r
 }
 
 // fakeContainer runs a sandbox and a started container in the fake.

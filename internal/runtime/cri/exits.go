@@ -1,6 +1,10 @@
 package cri
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -18,6 +22,11 @@ import (
 // kill, which containerd finds out while handling the exit; reporting
 // "Error" first would change the container's terminated reason afterwards.
 
+// Early exits are kept on disk (StateDir/exits/ID) until the CRI reports
+// the exit itself or the container is gone: containerd killed before it
+// handled an exit reports it after its restart as exit 255, reason
+// "Unknown", and the exit the agent already published must not change.
+
 // earlyExit is an exit heard before the CRI reports it.
 type earlyExit struct {
 	code int32
@@ -26,6 +35,12 @@ type earlyExit struct {
 
 // oomExitStatus is the status of a process killed by SIGKILL, as an OOM kill is.
 const oomExitStatus = 137
+
+// containerd's CRI reports an exit it lost with this code and reason.
+const (
+	lostExitCode   = 255
+	lostExitReason = "Unknown"
+)
 
 // ObserveTaskExit records that the main process of container id exited
 // with status at time at, and reports the container exited. Containers of
@@ -40,24 +55,71 @@ func (r *Runtime) ObserveTaskExit(id string, status uint32, at time.Time) {
 	if !ok || podUID == "" || name == "" { // unknown, or a sandbox
 		return
 	}
+	e := earlyExit{code: int32(status), at: at}
+	r.saveEarlyExit(id, e)
 	r.mu.Lock()
-	r.early[id] = earlyExit{code: int32(status), at: at}
+	r.early[id] = e
 	r.mu.Unlock()
 	r.events.observe(id, podUID, name, runtime.StateExited)
 }
 
-// earlyExitTTL bounds how long an early exit is kept for a container that
-// was removed behind this runtime's back (Remove and the CRI's own report
-// forget it otherwise).
-const earlyExitTTL = 10 * time.Minute
+func (r *Runtime) earlyExitsDir() string { return filepath.Join(r.cfg.StateDir, "exits") }
 
-// pruneEarlyExits forgets early exits older than earlyExitTTL.
-func (r *Runtime) pruneEarlyExits(now time.Time) {
+// saveEarlyExit writes e before anyone hears of it. A failed write is
+// logged: the exit is still reported, as the CRI would.
+func (r *Runtime) saveEarlyExit(id string, e earlyExit) {
+	if !validID(id) {
+		return
+	}
+	b := fmt.Appendf(nil, "%d %d\n", e.code, e.at.UnixNano())
+	if err := os.WriteFile(filepath.Join(r.earlyExitsDir(), id), b, 0o600); err != nil {
+		r.log.Warn("keeping an early exit", "id", id, "err", err)
+	}
+}
+
+// loadEarlyExits reads the early exits an earlier agent kept; unreadable
+// records are dropped.
+func (r *Runtime) loadEarlyExits() error {
+	dir := r.earlyExitsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, de := range entries {
+		path := filepath.Join(dir, de.Name())
+		b, err := os.ReadFile(path)
+		var code int32
+		var nanos int64
+		if err == nil {
+			_, err = fmt.Sscanf(string(b), "%d %d", &code, &nanos)
+		}
+		if err != nil {
+			removeFile(path)
+			continue
+		}
+		r.early[de.Name()] = earlyExit{code: code, at: time.Unix(0, nanos)}
+	}
+	return nil
+}
+
+// forgetEarlyExitLocked drops id's early exit; r.mu is held.
+func (r *Runtime) forgetEarlyExitLocked(id string) {
+	if _, ok := r.early[id]; ok {
+		delete(r.early, id)
+		removeFile(filepath.Join(r.earlyExitsDir(), id))
+	}
+}
+
+// pruneEarlyExits forgets the early exits of containers no longer listed.
+func (r *Runtime) pruneEarlyExits(listed map[string]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, e := range r.early {
-		if now.Sub(e.at) > earlyExitTTL {
-			delete(r.early, id)
+	for id := range r.early {
+		if !listed[id] {
+			r.forgetEarlyExitLocked(id)
 		}
 	}
 }
@@ -71,7 +133,8 @@ func (r *Runtime) hadEarlyExit(id string) bool {
 }
 
 // withEarlyExit gives st the exit heard early if the CRI does not report
-// it yet, and forgets the early exit once the CRI does.
+// it yet, or reports it lost; an exit the CRI reports is its own from then
+// on, and the early one is forgotten.
 func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -79,13 +142,18 @@ func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 	if !ok {
 		return st
 	}
-	if st.State == runtime.StateExited {
-		delete(r.early, st.ID)
+	if st.State == runtime.StateExited && !(st.ExitCode == lostExitCode && st.Reason == lostExitReason) {
+		r.forgetEarlyExitLocked(st.ID)
 		return st
 	}
-	st.State, st.ExitCode, st.FinishedAt = runtime.StateExited, e.code, e.at
+	st.State, st.ExitCode, st.FinishedAt, st.Reason, st.Message = runtime.StateExited, e.code, e.at, "", ""
 	if st.FinishedAt.Before(st.StartedAt) {
 		st.StartedAt = st.FinishedAt
 	}
 	return st
+}
+
+// validID: id can name a file (a runtime's container IDs are hex).
+func validID(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
 }

@@ -3,6 +3,8 @@ package cri
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,6 +49,76 @@ func TestAnEarlyExitIsReportedBeforeTheCRIs(t *testing.T) {
 	r.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d early exits kept after the CRI reported them", left)
+	}
+}
+
+// An early exit outlives the agent: containerd killed before it handled
+// the exit reports it lost (255, "Unknown") after its restart, and the
+// next agent reports the exit it heard, not the loss. The record goes once
+// the container does.
+func TestAnEarlyExitSurvivesARestartAndALostExit(t *testing.T) {
+	r, f := fakeRuntime(t, time.Hour)
+	stateDir := r.cfg.StateDir
+	id := fakeContainer(t, r)
+	at := time.Now().Add(-time.Second).Round(0)
+	r.ObserveTaskExit(id, 2, at)
+	waitEvent(t, r, id, runtime.StateExited, 5*time.Second)
+	r.Close()
+
+	f.mu.Lock()
+	c := f.containers[id]
+	c.State, c.ExitCode, c.Reason, c.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, lostExitCode, lostExitReason, time.Now().UnixNano()
+	f.mu.Unlock()
+	r2 := connectFake(t, f, time.Hour, stateDir)
+	st, err := r2.Status(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateExited || st.ExitCode != 2 || st.Reason != "" || !st.FinishedAt.Equal(at) {
+		t.Errorf("after a restart with the exit lost: %+v, want exited 2 at %v", st, at)
+	}
+	// It stays so while the CRI says the exit is lost.
+	if st, _ := r2.Status(context.Background(), id); st.ExitCode != 2 {
+		t.Errorf("read again: %+v, want exit 2", st)
+	}
+	if err := r2.Remove(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(stateDir, "exits")); len(left) != 0 {
+		t.Errorf("early exits kept after the container was removed: %v", left)
+	}
+}
+
+// An early exit the CRI then reports itself is forgotten, on disk too; one
+// of a container removed behind the runtime's back goes at the next relist.
+func TestEarlyExitRecordsGoWhenNoLongerNeeded(t *testing.T) {
+	r, f := fakeRuntime(t, 50*time.Millisecond)
+	dir := filepath.Join(r.cfg.StateDir, "exits")
+	reported, removed := fakeContainer(t, r), fakeContainer(t, r)
+	for _, id := range []string{reported, removed} {
+		r.ObserveTaskExit(id, 3, time.Now())
+		waitEvent(t, r, id, runtime.StateExited, 5*time.Second)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 2 {
+		t.Fatalf("%d early exits on disk, want 2", len(left))
+	}
+	exitInFake(f, reported)
+	if st, _ := r.Status(context.Background(), reported); st.ExitCode != 3 || st.FinishedAt.IsZero() {
+		t.Fatalf("status %+v, want the CRI's exit 3", st)
+	}
+	f.mu.Lock()
+	delete(f.containers, removed)
+	f.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left, _ := os.ReadDir(dir)
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("early exits still on disk: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
