@@ -75,3 +75,30 @@ func exitCodesMatch(m *v1.ContainerRestartRuleOnExitCodes, code int32) bool {
 	}
 	return false
 }
+
+// MayLeaveTerminated reports whether the API accepts a status in which
+// container c, terminated with exitCode, is no longer terminated: the API
+// server refuses the transition unless the container could be restarted
+// (its rules, its own policy, the pod's; any container of the pod with a
+// RestartAllContainers rule allows it for all). Looser than wantsRestart:
+// it is the API's rule, not the agent's decision.
+func MayLeaveTerminated(spec *v1.PodSpec, c *v1.Container, exitCode int32) bool {
+	if couldRestartAll(spec) {
+		return true
+	}
+	policy := spec.RestartPolicy
+	if c.RestartPolicy != nil {
+		if r := matchingRule(c, exitCode); r != nil {
+			return r.Action == v1.ContainerRestartRuleActionRestart
+		}
+		policy = v1.RestartPolicy(*c.RestartPolicy)
+	}
+	switch policy {
+	case v1.RestartPolicyNever:
+		return false
+	case v1.RestartPolicyOnFailure:
+		return exitCode != 0
+	default:
+		return true
+	}
+}

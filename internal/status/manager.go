@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
 )
 
 // OwnedConditions are the pod condition types the agent writes; all others
@@ -146,10 +148,21 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 	}
 	for attempt := 0; ; attempt++ {
 		merged := Merge(cur.Status, e.status)
+		if kept := KeepTerminated(cur, &merged); len(kept) > 0 {
+			m.log.Warn("a status would have moved terminated containers back; the API's states are kept",
+				"pod", e.namespace+"/"+e.name, "containers", kept)
+		}
 		if !apiequality.Semantic.DeepEqual(cur.Status, merged) {
 			upd := cur.DeepCopy()
 			upd.Status = merged
 			_, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+			if apierrors.IsInvalid(err) {
+				// Refused now, refused on every retry: said, and not retried.
+				// A finished pod is deleted all the same: the API keeps the
+				// last status it accepted.
+				m.log.Error("the API refused a pod status", "pod", e.namespace+"/"+e.name, "err", err)
+				break
+			}
 			if apierrors.IsConflict(err) && attempt < 5 {
 				cur, err = pods.Get(ctx, e.name, metav1.GetOptions{})
 				if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
@@ -208,6 +221,51 @@ func Merge(api, agent v1.PodStatus) v1.PodStatus {
 		out.Phase = api.Phase
 	}
 	return out
+}
+
+// KeepTerminated puts back, in status, the API's terminated state of each
+// container that the API server would not let leave it (a container that
+// cannot restart: lifecycle.MayLeaveTerminated; any ephemeral container),
+// as the kubelet's status manager refuses such a status: the API would
+// refuse the whole status, forever. It returns the names of those
+// containers.
+func KeepTerminated(api *v1.Pod, status *v1.PodStatus) []string {
+	var kept []string
+	keep := func(list []v1.ContainerStatus, old []v1.ContainerStatus, may func(name string, exitCode int32) bool) {
+		for i := range list {
+			o := statusNamed(old, list[i].Name)
+			if o == nil || o.State.Terminated == nil || list[i].State.Terminated != nil || may(list[i].Name, o.State.Terminated.ExitCode) {
+				continue
+			}
+			list[i].State = *o.State.DeepCopy()
+			list[i].Ready = false
+			list[i].Started = ptr.To(false)
+			kept = append(kept, list[i].Name)
+		}
+	}
+	in := func(containers []v1.Container) func(string, int32) bool {
+		return func(name string, exitCode int32) bool {
+			for i := range containers {
+				if containers[i].Name == name {
+					return lifecycle.MayLeaveTerminated(&api.Spec, &containers[i], exitCode)
+				}
+			}
+			return true // not in the spec: the API does not check it
+		}
+	}
+	keep(status.InitContainerStatuses, api.Status.InitContainerStatuses, in(api.Spec.InitContainers))
+	keep(status.ContainerStatuses, api.Status.ContainerStatuses, in(api.Spec.Containers))
+	keep(status.EphemeralContainerStatuses, api.Status.EphemeralContainerStatuses, func(string, int32) bool { return false })
+	return kept
+}
+
+func statusNamed(list []v1.ContainerStatus, name string) *v1.ContainerStatus {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
 }
 
 func hasCondition(conds []v1.PodCondition, t v1.PodConditionType) bool {
