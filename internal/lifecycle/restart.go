@@ -27,14 +27,7 @@ func wantsRestart(pod *v1.Pod, c *container, exitCode int32) bool {
 		}
 		policy = v1.RestartPolicy(*c.spec.RestartPolicy)
 	}
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	default:
-		return true
-	}
+	return policyRestarts(policy, exitCode)
 }
 
 // matchingRule is the first of c's restartPolicyRules matching exitCode
@@ -93,6 +86,12 @@ func MayLeaveTerminated(spec *v1.PodSpec, c *v1.Container, exitCode int32) bool 
 		}
 		policy = v1.RestartPolicy(*c.RestartPolicy)
 	}
+	return policyRestarts(policy, exitCode)
+}
+
+// policyRestarts: a container under policy that exited with exitCode is
+// started again (the API's default policy is Always).
+func policyRestarts(policy v1.RestartPolicy, exitCode int32) bool {
 	switch policy {
 	case v1.RestartPolicyNever:
 		return false

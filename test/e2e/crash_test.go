@@ -135,6 +135,7 @@ func TestCrashRestarts(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	saveCrashLogs(p.DataDir, a.DataDir)
 	violations, seen, deleted := checker.report()
 	dups := duplicates(lockDir)
 	for _, out := range []string{p.Stderr(), a.stderr.String()} {
@@ -186,7 +187,6 @@ func watchCrashPods(ctx context.Context, p *Podvisor, ns string, checker *crashC
 // logAgentLines prints what podvisor logged about the pods that were left
 // behind, before the data dirs (and their logs) are removed.
 func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
-	saveCrashLogs(dataDirs...)
 	var needles []string
 	checker.mu.Lock()
 	for uid, pp := range checker.pods {
