@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -78,11 +79,11 @@ func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
 // created from its ID (upstream's imageRef), and its User decides
 // runAsNonRoot. Every error is a *Failure.
 func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error) {
-	pod, image := req.Pod, req.Container.Image
+	image := req.Container.Image
 	name, err := ParseName(image)
 	if err != nil {
 		msg := invalidNameMessage(image, err)
-		m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
+		m.event(req, v1.EventTypeWarning, EventInspectFailed, msg)
 		return runtime.Image{}, &Failure{ReasonInvalidImageName, msg}
 	}
 	policy := PullPolicy(req.Container)
@@ -92,17 +93,17 @@ func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error
 		local, present, err = m.cfg.Images.ImageStatus(ctx, name.Pull)
 		if err != nil {
 			msg := inspectFailedMessage(err)
-			m.event(pod, v1.EventTypeWarning, EventInspectFailed, msg)
+			m.event(req, v1.EventTypeWarning, EventInspectFailed, msg)
 			return runtime.Image{}, &Failure{ReasonImageInspectError, msg}
 		}
 	}
 	switch decide(policy, present) {
 	case stepUseLocal:
-		m.event(pod, v1.EventTypeNormal, EventPulled, presentMessage(image))
+		m.event(req, v1.EventTypeNormal, EventPulled, presentMessage(image))
 		return local, nil
 	case stepNeverPull:
 		msg := neverPullMessage(image)
-		m.event(pod, v1.EventTypeWarning, EventErrImageNeverPull, msg)
+		m.event(req, v1.EventTypeWarning, EventErrImageNeverPull, msg)
 		return runtime.Image{}, &Failure{ReasonErrImageNeverPull, msg}
 	}
 	return m.pull(ctx, req, name)
@@ -122,24 +123,24 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 	key := backOffKey(pod.UID, image)
 	if last, held := m.backOff.holding(key); held {
 		msg := backOffMessage(image)
-		m.event(pod, v1.EventTypeNormal, EventBackOff, msg)
+		m.event(req, v1.EventTypeNormal, EventBackOff, msg)
 		if last != "" {
 			msg += ": " + last
 		}
 		return runtime.Image{}, &Failure{ReasonImagePullBackOff, msg}
 	}
-	m.event(pod, v1.EventTypeNormal, EventPulling, pullingMessage(image))
+	m.event(req, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
 	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
 	log := m.cfg.Log.With("pod", pod.Namespace+"/"+pod.Name, "container", req.Container.Name, "image", image)
 	if err != nil {
 		log.Info("image pull failed", "err", err)
-		m.event(pod, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
+		m.event(req, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
 		m.backOff.failed(key, ReasonErrImagePull+": "+err.Error())
 		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
 	}
 	log.Info("pulled image", "id", img.ID, "took", took, "size", img.Size)
-	m.event(pod, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
+	m.event(req, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
 	m.backOff.succeeded()
 	return img, nil
 }
@@ -184,6 +185,7 @@ func (m *Manager) pullWith(ctx context.Context, ref string, creds []runtime.Regi
 	return "", utilerrors.NewAggregate(errs)
 }
 
-func (m *Manager) event(pod *v1.Pod, typ, reason, msg string) {
-	m.cfg.Recorder.Event(pod, typ, reason, msg)
+// event records an event about the request's container, as upstream.
+func (m *Manager) event(req Request, typ, reason, msg string) {
+	m.cfg.Recorder.Event(podref.Container(req.Pod, req.Container.Name), typ, reason, msg)
 }

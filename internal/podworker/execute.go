@@ -14,6 +14,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/timeline"
 )
@@ -84,7 +85,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		var imageFailure *images.Failure
 		if errors.As(err, &imageFailure) {
 			w.setWaiting(a.Container, imageFailure.Reason, imageFailure.Message)
-			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, images.EventFailed, images.FailedEventMessage(imageFailure.Reason))
+			w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), v1.EventTypeWarning, images.EventFailed, images.FailedEventMessage(imageFailure.Reason))
 			return
 		}
 		if err != nil {
@@ -95,14 +96,14 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 			}
 			w.setWaiting(a.Container, reason, msg)
 			if failedEvent {
-				w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+				w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %v", err)
 			}
 			return
 		}
 		id, err := rt.Create(ctx, spec)
 		if err != nil {
 			w.setWaiting(a.Container, "CreateContainerError", err.Error())
-			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+			w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %v", err)
 			return
 		}
 		w.mu.Lock()
@@ -115,7 +116,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		if st, err := rt.Status(ctx, id); err == nil {
 			w.observe(st)
 		}
-		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+		w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
 		w.runInstance(ctx, pod, c, id)
 	}()
 }
@@ -125,7 +126,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 func (w *worker) runInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
 	rt := w.m.cfg.Runtime
 	if err := rt.Start(ctx, id); err != nil {
-		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %v", err)
+		w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %v", err)
 	}
 	st, err := rt.Status(ctx, id)
 	if err != nil {
@@ -133,13 +134,13 @@ func (w *worker) runInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, 
 	}
 	w.observe(st)
 	if st.Reason == "StartError" {
-		w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "Failed", "Error: %s", st.Message)
+		w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %s", st.Message)
 		return
 	}
 	if st.State != runtime.StateRunning && st.State != runtime.StateExited {
 		return // started by an earlier agent that died first: its event will come
 	}
-	w.m.cfg.Recorder.Eventf(pod, v1.EventTypeNormal, "Started", "Started container %s", c.Name)
+	w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	w.runPostStart(ctx, pod, c, id)
 }
 
@@ -231,7 +232,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	}
 	w.m.cfg.Log.Info("postStart hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "msg", msg)
 	ev := hook.FailedEvent(hook.PostStart)
-	w.m.cfg.Recorder.Event(pod, ev.Type, ev.Reason, ev.Message)
+	w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
 	w.stopInstance(ctx, pod, c, id, podGrace(pod), hook.PostStartKillMessage)
 }
 
@@ -283,7 +284,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	if msg == "" {
 		msg = "Stopping container " + name
 	}
-	w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
+	w.m.cfg.Recorder.Event(podref.Container(pod, name), v1.EventTypeNormal, "Killing", msg)
 	// Stopping must finish even while the agent itself stops.
 	sctx := context.WithoutCancel(ctx)
 	start := w.m.cfg.Clock.Now()
@@ -307,7 +308,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		case err != nil:
 			w.m.cfg.Log.Info("preStop hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", name, "msg", hmsg)
 			ev := hook.FailedEvent(hook.PreStop)
-			w.m.cfg.Recorder.Event(pod, ev.Type, ev.Reason, ev.Message)
+			w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
 		}
 	}
 	// A preStop that used up the grace period gets the 2 s minimum on top.

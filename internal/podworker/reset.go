@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -34,7 +35,7 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		sctx := context.WithoutCancel(ctx) // a reset half done would leave the pod stuck
 		rt := w.m.cfg.Runtime
 		if n := len(list); n > 0 && list[n-1].State != runtime.StateExited {
-			w.m.cfg.Recorder.Event(pod, v1.EventTypeNormal, "Killing", a.Message)
+			w.m.cfg.Recorder.Event(podref.Container(pod, a.Container), v1.EventTypeNormal, "Killing", a.Message)
 			if err := rt.Stop(sctx, list[n-1].ID, minStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
 			}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/status"
 )
@@ -307,7 +308,7 @@ func (w *worker) sync(ctx context.Context) {
 		}
 	}
 	for _, e := range plan.Events {
-		w.m.cfg.Recorder.Event(pod, e.Type, e.Reason, e.Message)
+		w.m.cfg.Recorder.Event(podref.Container(pod, e.Container), e.Type, e.Reason, e.Message)
 	}
 	if !gone {
 		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podref"
 )
 
 // Manager schedules and runs the probes of every running container instance.
@@ -70,7 +71,7 @@ func (m *Manager) AddContainer(pod *v1.Pod, c *v1.Container, containerID string,
 		id:        containerID,
 		podUID:    pod.UID,
 		name:      c.Name,
-		ref:       containerRef(pod, c.Name),
+		ref:       podref.Container(pod, c.Name),
 		startedAt: startedAt,
 		kill:      map[kind]string{liveness: killMessage(liveness, pod, c), startup: killMessage(startup, pod, c)},
 	}
