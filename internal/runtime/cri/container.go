@@ -110,6 +110,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
+	if r.stoppedBeforeStart(id) {
+		return fmt.Errorf("start container %s: it was stopped before it started: %w", id, runtime.ErrConflict)
+	}
 	if err := r.gate.enter(ctx, stageStart); err != nil {
 		return classify(err, "start container %s", id)
 	}
@@ -144,6 +147,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 	m, err := r.meta(ctx, id)
 	if err != nil {
 		return fmt.Errorf("stop container %s: %w", id, err)
+	}
+	if r.stopUnstarted(ctx, id, m) {
+		return nil
 	}
 	timeout := int64((grace + time.Second - 1) / time.Second)
 	if timeout > 0 && m.stopSignal != 0 {

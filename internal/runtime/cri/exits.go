@@ -1,11 +1,14 @@
 package cri
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -27,14 +30,17 @@ import (
 // handled an exit reports it after its restart as exit 255, reason
 // "Unknown", and the exit the agent already published must not change.
 
-// earlyExit is an exit heard before the CRI reports it.
+// earlyExit is an exit heard before the CRI reports it, or the end of a
+// container stopped before it started, which the CRI never reports (it
+// keeps such a container created).
 type earlyExit struct {
-	code int32
-	at   time.Time
+	code    int32
+	at      time.Time
+	message string // one line
 }
 
-// oomExitStatus is the status of a process killed by SIGKILL, as an OOM kill is.
-const oomExitStatus = 137
+// sigkillExitStatus is the status of a process killed by SIGKILL (an OOM kill too).
+const sigkillExitStatus = 137
 
 // containerd's CRI reports an exit it lost with this code and reason.
 const (
@@ -46,7 +52,7 @@ const (
 // with status at time at, and reports the container exited. Containers of
 // no pod, sandboxes and unknown ids are ignored.
 func (r *Runtime) ObserveTaskExit(id string, status uint32, at time.Time) {
-	if status == oomExitStatus {
+	if status == sigkillExitStatus {
 		return
 	}
 	// The tracker's view, not r.containers: a relist that began before the
@@ -71,7 +77,7 @@ func (r *Runtime) saveEarlyExit(id string, e earlyExit) {
 	if !validID(id) {
 		return
 	}
-	b := fmt.Appendf(nil, "%d %d\n", e.code, e.at.UnixNano())
+	b := fmt.Appendf(nil, "%d %d %s\n", e.code, e.at.UnixNano(), e.message)
 	if err := os.WriteFile(filepath.Join(r.earlyExitsDir(), id), b, 0o600); err != nil {
 		r.log.Warn("keeping an early exit", "id", id, "err", err)
 	}
@@ -93,14 +99,19 @@ func (r *Runtime) loadEarlyExits() error {
 		b, err := os.ReadFile(path)
 		var code int32
 		var nanos int64
+		var message string
 		if err == nil {
-			_, err = fmt.Sscanf(string(b), "%d %d", &code, &nanos)
+			fields := strings.SplitN(strings.TrimSuffix(string(b), "\n"), " ", 3)
+			_, err = fmt.Sscanf(strings.Join(fields[:min(2, len(fields))], " "), "%d %d", &code, &nanos)
+			if len(fields) == 3 {
+				message = fields[2]
+			}
 		}
 		if err != nil {
 			removeFile(path)
 			continue
 		}
-		r.early[de.Name()] = earlyExit{code: code, at: time.Unix(0, nanos)}
+		r.early[de.Name()] = earlyExit{code: code, at: time.Unix(0, nanos), message: message}
 	}
 	return nil
 }
@@ -146,7 +157,7 @@ func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 		r.forgetEarlyExitLocked(st.ID)
 		return st
 	}
-	st.State, st.ExitCode, st.FinishedAt, st.Reason, st.Message = runtime.StateExited, e.code, e.at, "", ""
+	st.State, st.ExitCode, st.FinishedAt, st.Reason, st.Message = runtime.StateExited, e.code, e.at, "", e.message
 	if st.FinishedAt.Before(st.StartedAt) {
 		st.StartedAt = st.FinishedAt
 	}
@@ -156,4 +167,40 @@ func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 // validID: id can name a file (a runtime's container IDs are hex).
 func validID(id string) bool {
 	return id != "" && id != "." && id != ".." && !strings.ContainsAny(id, "/\x00")
+}
+
+// neverStartedMessage is the message of a container stopped before it
+// started, as on the process runtime.
+const neverStartedMessage = "container was stopped before it started"
+
+// stopUnstarted ends container id if it is created and was never started
+// (its creator died before starting it): the CRI's StopContainer leaves
+// such a container created, so that it would never end. It is reported
+// exited 137 from now on, as the process runtime does, kept on disk as an
+// early exit until the container is removed, and never started. It
+// reports whether id was such a container.
+func (r *Runtime) stopUnstarted(ctx context.Context, id string, m containerMeta) bool {
+	if _, _, s, ok := r.events.lookup(id); ok && s != runtime.StateCreated {
+		return false
+	}
+	resp, err := r.rs.ContainerStatus(quiet(ctx), id, false)
+	if err != nil || resp.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return false
+	}
+	e := earlyExit{code: sigkillExitStatus, at: r.clock.Now(), message: neverStartedMessage}
+	r.saveEarlyExit(id, e)
+	r.mu.Lock()
+	r.early[id] = e
+	r.mu.Unlock()
+	r.log.Info("container stopped before it started", "container", m.name, "id", id)
+	r.events.observe(id, m.podUID, m.name, runtime.StateExited)
+	return true
+}
+
+// stoppedBeforeStart: id was ended by stopUnstarted.
+func (r *Runtime) stoppedBeforeStart(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.early[id]
+	return ok && e.message == neverStartedMessage
 }

@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 		{"TerminationMessageFile", testTerminationMessage},
 		{"RestartReadoptsRunning", testReadoptRunning},
 		{"RestartKeepsExitWhileAway", testExitWhileAway},
+		{"StopBeforeStartEndsTheContainer", testStopBeforeStart},
 		{"RemoveSandboxRemovesContainers", testRemoveSandbox},
 		{"UnknownIDsAreNotFound", testNotFound},
 	}
@@ -494,6 +495,39 @@ func testExitWhileAway(t *testing.T, h Harness) {
 	st := waitState(t, rt, id, runtime.StateExited)
 	if st.ExitCode != 5 {
 		t.Errorf("exit %d, want 5", st.ExitCode)
+	}
+}
+
+// A container created by an agent that died before starting it, stopped by
+// the next (its pod is being deleted): it ends, exited 137, and stays so
+// across a restart; it is never started afterwards. A stop that left it
+// created would keep its pod from ever ending.
+func testStopBeforeStart(t *testing.T, h Harness) {
+	rt := h.New(t)
+	p := newPod(t, rt)
+	id, err := rt.Create(ctx(t), p.spec(h, "c", "sleep 300"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt = h.Restart(t, rt, func() {})
+	if st := status(t, rt, id); st.State != runtime.StateCreated {
+		t.Fatalf("re-adopted as %s, want created", st.State)
+	}
+	if err := rt.Stop(ctx(t), id, time.Second); err != nil {
+		t.Fatalf("Stop of a created container: %v", err)
+	}
+	st := status(t, rt, id)
+	if st.State != runtime.StateExited || st.ExitCode != 137 || !st.StartedAt.IsZero() {
+		t.Fatalf("after Stop: %s exit %d started %v, want exited 137, never started", st.State, st.ExitCode, st.StartedAt)
+	}
+	if err := rt.Start(ctx(t), id); err == nil {
+		if st := status(t, rt, id); st.State != runtime.StateExited {
+			t.Errorf("started after it was stopped: %s", st.State)
+		}
+	}
+	rt = h.Restart(t, rt, func() {})
+	if st := status(t, rt, id); st.State != runtime.StateExited || st.ExitCode != 137 {
+		t.Errorf("after a restart: %s exit %d, want still exited 137", st.State, st.ExitCode)
 	}
 }
 
