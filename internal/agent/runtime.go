@@ -111,13 +111,11 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 		a.stopContainerd()
 		return fmt.Errorf("CRI runtime at %s: %w", endpoint, err)
 	}
-	if a.containerd != nil && os.Getenv("PODVISOR_EARLY_EXITS") == "1" {
+	if a.containerd != nil && os.Getenv("PODVISOR_EARLY_EXITS") != "0" {
 		// Exits straight from containerd: the CRI reports them only after
-		// containerd's own handling of each (cri/exits.go). Off by default:
-		// an exit reported early and lost by containerd (killed with
-		// podvisor before it handled the exit) comes back from the CRI as
-		// 255/Unknown after the restart, and the published exit changes
-		// (TestCrashRestarts). Early exits must be kept on disk first.
+		// containerd's own handling of each (cri/exits.go), which keeps
+		// them on disk until the CRI does. PODVISOR_EARLY_EXITS=0 waits
+		// for the CRI, as a kubelet does.
 		ctx, cancel := context.WithCancel(context.Background())
 		a.stopExits = cancel
 		go a.containerd.WatchTaskExits(ctx, func(e containerd.TaskExit) {
