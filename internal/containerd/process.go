@@ -129,7 +129,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		return nil, fmt.Errorf("containerd: config: %w", err)
 	}
 
-	p, err := spawn(o.Executable, paths, o.Snapshotter)
+	p, err := spawn(o.Executable, o.Shim, paths, o.Snapshotter)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func spawn(exe string, paths Paths, snapshotter string) (*Process, error) {
+func spawn(exe, shim string, paths Paths, snapshotter string) (*Process, error) {
 	logf, err := os.OpenFile(paths.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
@@ -282,7 +282,17 @@ func spawn(exe string, paths Paths, snapshotter string) (*Process, error) {
 	fmt.Fprintf(logf, "\n--- podvisor starts containerd at %s\n", time.Now().Format(time.RFC3339))
 	cmd := exec.Command(exe, "containerd", "--config", paths.Config)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = withoutEnv(os.Environ(), "NOTIFY_SOCKET") // its readiness is not podvisor's
+	cmd.Env = withoutEnv(os.Environ(), "NOTIFY_SOCKET", "PATH") // its readiness is not podvisor's
+	// The shim's directory first in PATH: containerd starts new shims from
+	// the configured runtime_path, but after a restart it reconnects to the
+	// running ones by the runtime's name (containerd-shim-runc-v2 in PATH or
+	// beside its own binary); without it, every container that outlived a
+	// containerd restart would be lost (its exit read as 255/Unknown).
+	path := filepath.Dir(shim)
+	if p := os.Getenv("PATH"); p != "" {
+		path += string(os.PathListSeparator) + p
+	}
+	cmd.Env = append(cmd.Env, "PATH="+path)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Dies with podvisor, as in k3s; the containers' shims are not its
 		// children and live on. (Pdeathsig follows the OS thread that
@@ -303,12 +313,16 @@ func spawn(exe string, paths Paths, snapshotter string) (*Process, error) {
 	return p, nil
 }
 
-func withoutEnv(env []string, name string) []string {
+func withoutEnv(env []string, names ...string) []string {
 	out := env[:0:0]
+next:
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, name+"=") {
-			out = append(out, kv)
+		for _, name := range names {
+			if strings.HasPrefix(kv, name+"=") {
+				continue next
+			}
 		}
+		out = append(out, kv)
 	}
 	return out
 }
