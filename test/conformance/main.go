@@ -94,6 +94,10 @@ func run(o options) (int, error) {
 	}
 	defer buildLog.Close()
 
+	step("installing what is missing of Debian's packages")
+	if err := ensurePackages(buildLog, "runc", "containernetworking-plugins", "busybox-static", "bash-static"); err != nil {
+		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
+	}
 	step("building podvisor")
 	// podvisor runs containerd-shim-runc-v2 and podvisor-shim from beside itself.
 	if err := goCmd(repo, buildLog, "build", "-o", bin+"/", "./cmd/podvisor", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2"); err != nil {
@@ -238,4 +242,28 @@ func defaultCache() string {
 		return filepath.Join(d, "podvisor-conformance")
 	}
 	return filepath.Join(os.TempDir(), "podvisor-conformance")
+}
+
+// ensurePackages installs those of Debian's packages that are missing:
+// podvisor's runtime (runc, the CNI plugins) and what the images are built
+// from (busybox-static, bash-static).
+func ensurePackages(log io.Writer, pkgs ...string) error {
+	var missing []string
+	for _, p := range pkgs {
+		if exec.Command("dpkg", "-s", p).Run() != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	for _, args := range [][]string{{"update"}, append([]string{"install", "-y"}, missing...)} {
+		cmd := exec.Command("apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("apt-get %s: %w", args[0], err)
+		}
+	}
+	return nil
 }
