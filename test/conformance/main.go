@@ -69,6 +69,10 @@ func run(o options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	for _, e := range machineExclusions() {
+		fmt.Printf("excluded on this machine: %s: %s\n", e.re, e.reason)
+		exclusions = append(exclusions, e)
+	}
 	if o.out, err = filepath.Abs(o.out); err != nil {
 		return 0, err
 	}
@@ -213,6 +217,10 @@ func run(o options) (int, error) {
 	failed, err := summarize(jsonReport, os.Stdout, &md)
 	if err != nil {
 		return 0, fmt.Errorf("reading the report: %w (spec run: %v)", err, runErr)
+	}
+	fmt.Fprintf(&md, "\nExcluded from the selection (not counted above):\n\n")
+	for _, e := range exclusions {
+		fmt.Fprintf(&md, "- `%s`: %s\n", e.re, e.reason)
 	}
 	if err := os.WriteFile(filepath.Join(o.out, "summary.md"), md.Bytes(), 0o644); err != nil {
 		return 0, err
