@@ -1,7 +1,7 @@
 // Command conformance runs the upstream Kubernetes v1.36.3 sig-node e2e
 // specs against a podvisor of its own, offline:
 //
-//	go -C test/conformance run . [-focus REGEX] [-procs N] [-keep] [-out DIR]
+//	go -C test/conformance run . [-fast | -focus REGEX] [-procs N] [-keep] [-out DIR]
 //
 // It builds podvisor, the e2e test binary (./suite) and the images the
 // specs run, under their upstream names; starts `podvisor up` on free ports
@@ -28,12 +28,20 @@ import (
 
 func main() {
 	focus := flag.String("focus", "", "run only the selected specs whose text matches this regular expression")
+	fast := flag.Bool("fast", false, "run only the lifecycle subset that CI runs (subset.go), about 20 specs")
 	keep := flag.Bool("keep", false, "keep the work directory (podvisor's data dir, logs, binaries)")
 	out := flag.String("out", "conformance-results", "directory for the reports and the summary")
 	procs := flag.Int("procs", 1, "specs run at once (more than 1 runs them through the ginkgo CLI)")
 	timeout := flag.Duration("timeout", 2*time.Hour, "time limit of the whole spec run")
 	cache := flag.String("cache", defaultCache(), "directory where built images are kept between runs")
 	flag.Parse()
+	if *fast {
+		if *focus != "" {
+			fmt.Fprintln(os.Stderr, "-fast and -focus do not go together")
+			os.Exit(2)
+		}
+		*focus = fastFocus()
+	}
 	if flag.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
