@@ -17,6 +17,8 @@ Usage:
   podvisor timeline [-n NS] POD [-o table|json|trace] [-w]
                              every step of a pod's lifecycle, to the millisecond
   podvisor image import|ls   import images from tars into the node's containerd, list them
+  podvisor reset [--data-dir DIR]
+                             remove the pods, containers and network a stopped podvisor left running
   podvisor version           print versions
 
 Run 'podvisor up -h' for its flags.
@@ -42,6 +44,8 @@ func main() {
 		err = runImage(args)
 	case "timeline":
 		err = runTimeline(args)
+	case "reset":
+		err = runReset(args)
 	case shimCommand:
 		shim(args) // exits
 	case containerdCommand:

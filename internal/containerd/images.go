@@ -52,7 +52,7 @@ func Connect(ctx context.Context, dataDir string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no containerd configured for data dir %s: %w", dataDir, err)
 	}
-	if !serving(paths.Socket) {
+	if !Serving(paths.Socket) {
 		return nil, fmt.Errorf("containerd of data dir %s is not running (no answer on %s): start podvisor first", dataDir, paths.Socket)
 	}
 	return dial(ctx, paths.Socket, snapshotter)

@@ -138,7 +138,7 @@ func (n *testNode) cleanUp() {
 			return // never started
 		}
 		// Started by another process: give its containerd time to die.
-		for deadline := time.Now().Add(10 * time.Second); serving(paths.Socket) && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(10 * time.Second); Serving(paths.Socket) && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
 		}
 		n.start() // the pods it left must go

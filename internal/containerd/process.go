@@ -110,7 +110,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 			o.Log.Warn("containerd: overlay mounts do not work here, using the native snapshotter (slower, more disk)", "root", paths.Root, "reason", why)
 		}
 	}
-	if serving(paths.Socket) {
+	if Serving(paths.Socket) {
 		return nil, fmt.Errorf("containerd: another containerd already serves %s (a podvisor still running with data dir %s?)", paths.Socket, o.DataDir)
 	}
 	if o.StreamPort == 0 {
@@ -254,8 +254,8 @@ func isExecutable(p string) bool {
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
 
-// serving reports whether something accepts connections on the socket.
-func serving(socket string) bool {
+// Serving reports whether something accepts connections on the socket.
+func Serving(socket string) bool {
 	c, err := net.DialTimeout("unix", socket, time.Second)
 	if err != nil {
 		return false
@@ -348,7 +348,7 @@ func (p *Process) waitCRI(ctx context.Context) error {
 		case <-tick.C:
 		}
 		if rs == nil {
-			if !serving(p.paths.Socket) {
+			if !Serving(p.paths.Socket) {
 				continue
 			}
 			s, err := criclient.NewRemoteRuntimeService(ctx, p.paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)

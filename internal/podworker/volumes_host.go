@@ -1,15 +1,15 @@
 package podworker
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/mounts"
 )
 
 // Volumes that live on the host: emptyDir, hostPath, and the tmpfs mounts
@@ -152,53 +152,8 @@ func (vm *volumeManager) sweep() {
 	}
 }
 
-func unmountUnder(dir string) {
-	prefix := filepath.Clean(dir) + string(filepath.Separator)
-	mps := mountPoints()
-	for i := len(mps) - 1; i >= 0; i-- { // the deepest (latest) first
-		if strings.HasPrefix(mps[i], prefix) {
-			_ = unix.Unmount(mps[i], unix.MNT_DETACH)
-		}
-	}
-}
+func unmountUnder(dir string) { mounts.UnmountUnder(dir, mountPoints()) }
 
-// mountPoints lists the mount points of the agent's mount namespace.
-var mountPoints = readMountPoints
-
-func readMountPoints() []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	// A reader, not a Scanner: a mount line longer than a Scanner's 64 KiB
-	// (an overlay with many layers) would end the listing early.
-	r := bufio.NewReader(f)
-	for {
-		line, err := r.ReadString('\n')
-		if fields := strings.Fields(line); len(fields) > 4 {
-			out = append(out, unescapeMountPath(fields[4]))
-		}
-		if err != nil {
-			break
-		}
-	}
-	return out
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// mountPoints lists the mount points of the agent's mount namespace (a
+// variable for the tests).
+var mountPoints = mounts.Points

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
+	"github.com/podvisor/podvisor/internal/mounts"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -242,7 +243,7 @@ func TestTeardownUnmountsAVolumeTheMountTableMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	mounted := func() bool {
-		for _, mp := range readMountPoints() {
+		for _, mp := range mounts.Points() {
 			if mp == paths["scratch"] {
 				return true
 			}
@@ -254,7 +255,7 @@ func TestTeardownUnmountsAVolumeTheMountTableMissed(t *testing.T) {
 	}
 	t.Cleanup(func() { unix.Unmount(paths["scratch"], unix.MNT_DETACH) })
 	mountPoints = func() []string { return nil }
-	t.Cleanup(func() { mountPoints = readMountPoints })
+	t.Cleanup(func() { mountPoints = mounts.Points })
 	w.teardownVolumes()
 	if mounted() {
 		t.Fatalf("%s is still mounted after teardown", paths["scratch"])
