@@ -38,13 +38,7 @@ const (
 	// glibcDNSImage is a stand-in: busybox, whose hostname -f the hostname
 	// override specs run, instead of Debian's glibc.
 	glibcDNSImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
-	// busyboxImage is built here: the runner's busybox base with Debian's
-	// static bash as its sh (see busyboxStandIn).
-	busyboxImage = "registry.k8s.io/e2e-test-images/busybox:1.37.0-1"
 )
-
-// bashStatic is Debian's bash-static: the busybox stand-in's sh.
-const bashStatic = "/bin/bash-static"
 
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
 // image (upstream bases it on alpine, whose sh, nc and friends are busybox
@@ -52,19 +46,19 @@ const bashStatic = "/bin/bash-static"
 const busyboxBinary = "/bin/busybox"
 
 // buildImages writes the tars of every image the specs need into cache and
-// returns their paths: pause from podvisor's own recipe (test/images), busybox
-// and the agnhost-based images built here (agnhost and the nginx stand-in
-// from upstream's agnhost sources). Each agnhost-based tar is named after the hash of what
+// returns their paths: busybox and pause from podvisor's own recipes
+// (test/images), agnhost and the nginx stand-in built here from upstream's
+// agnhost sources. Each agnhost-based tar is named after the hash of what
 // goes into it, so a re-run with unchanged inputs only checks that it exists.
 func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	own := filepath.Join(cache, "podvisor-images")
-	cmd := exec.Command("go", "run", "./test/images/build", "-o", own, "pause")
+	cmd := exec.Command("go", "run", "./test/images/build", "-o", own, "busybox", "pause")
 	cmd.Dir = repo
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("podvisor's test images (go run ./test/images/build): %w", err)
 	}
-	tars := []string{filepath.Join(own, "pause.tar")}
+	tars := []string{filepath.Join(own, "busybox.tar"), filepath.Join(own, "pause.tar")}
 
 	agnhost := filepath.Join(cache, "agnhost")
 	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost")
@@ -90,10 +84,6 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	bbLayer, err := busyboxStandIn(base)
-	if err != nil {
-		return nil, err
-	}
 	nnpBin, err := os.ReadFile(nnp)
 	if err != nil {
 		return nil, err
@@ -106,7 +96,6 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 		cfg   v1.Config
 		files map[string]file
 	}{
-		{[]string{busyboxImage}, v1.Config{Cmd: []string{"sh"}}, bbLayer},
 		// As upstream's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"].
 		{[]string{agnhostImage, agnhostPrevImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
 		{[]string{nginxImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
@@ -163,23 +152,6 @@ func busyboxFiles() (map[string]file, error) {
 			}
 		}
 	}
-	return files, nil
-}
-
-// busyboxStandIn is the layer of the busybox image: the base with Debian's
-// static bash as /bin/sh and /bin/bash. Upstream's busybox 1.37 sh passes
-// on environment variables whose names are not shell identifiers (the
-// ConfigMap and Secret specs print `sh -c env` and expect data-1=…,
-// p-data-1=…, 1-data-1=…); Debian's busybox 1.35 ash drops them, bash keeps
-// them.
-func busyboxStandIn(base map[string]file) (map[string]file, error) {
-	bash, err := os.ReadFile(bashStatic)
-	if err != nil {
-		return nil, fmt.Errorf("test images: %w (apt-get install bash-static)", err)
-	}
-	files := maps.Clone(base)
-	files["bin/sh"] = file{mode: 0o755, data: bash}
-	files["bin/bash"] = file{link: "/bin/sh"}
 	return files, nil
 }
 

@@ -107,7 +107,7 @@ func run(o options) (int, error) {
 	defer buildLog.Close()
 
 	step("installing what is missing of Debian's packages")
-	if err := ensurePackages(buildLog, "runc", "containernetworking-plugins", "busybox-static", "bash-static"); err != nil {
+	if err := ensurePackages(buildLog, "runc", "containernetworking-plugins", "busybox-static"); err != nil {
 		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
 	}
 	step("building podvisor")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -366,4 +367,44 @@ func TestContainersStartOnceTheirSecretIsCreated(t *testing.T) {
 	}
 	p.waitLogs(t, ns, "env", "c", 30*time.Second, "env=value-1")
 	p.waitLogs(t, ns, "volume", "c", 30*time.Second, "file=value-1")
+}
+
+// envFrom with names that are not shell identifiers (data-1, and prefixes
+// such as "1-", "$_-", "#@!"): the API allows them and the container's
+// process gets every one, as the upstream ConfigMap/Secret conformance specs
+// expect. They print `sh -c env`; here `env` runs as the container's process
+// itself, because Debian's busybox 1.35 sh (the test images') drops such
+// variables before its children see them.
+func TestContainersEnvFromNamesThatAreNotIdentifiers(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("envfrom")
+	ctx := context.Background()
+	if _, err := p.Admin.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"},
+		Data: map[string]string{"data-1": "value-1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Admin.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"},
+		Data: map[string][]byte{"data-2": []byte("value-2")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := func(prefix string) v1.EnvFromSource {
+		return v1.EnvFromSource{Prefix: prefix, ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}
+	}
+	c := v1.Container{Name: "c", Image: "none", Command: []string{"env"}, EnvFrom: []v1.EnvFromSource{
+		cm(""), cm("1-"), cm("$_-"), cm("#@!"),
+		{Prefix: "p-", SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "s"}}},
+	}}
+	p.create(t, p.pod(ns, "env", v1.RestartPolicyNever, c))
+	p.waitPod(t, ns, "env", 60*time.Second, "Succeeded", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodSucceeded })
+	log, err := p.logs(ns, "env", "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(log, "\n")
+	for _, want := range []string{"data-1=value-1", "1-data-1=value-1", "$_-data-1=value-1", "#@!data-1=value-1", "p-data-2=value-2"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("no %q in the container's environment:\n%s", want, log)
+		}
+	}
 }
