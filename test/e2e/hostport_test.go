@@ -58,4 +58,5 @@ func TestContainerdHostPort(t *testing.T) {
 		refused.Status.Message != "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports" {
 		t.Errorf("second pod: reason %q, message %q", refused.Status.Reason, refused.Status.Message)
 	}
+	p.waitEventMessage(t, ns, "second", "NodePorts", "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports")
 }
