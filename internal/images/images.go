@@ -55,13 +55,50 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock), slots: make(chan struct{}, max(cfg.ParallelPulls, 1))}, nil
 }
 
-// Request is a container about to be created.
+// Request is a container about to be created, or an image volume one is
+// about to mount.
 type Request struct {
 	Pod       *v1.Pod
 	Container *v1.Container
+	// Volume, set instead of Container, is an image volume (volumes[].image)
+	// of the pod: its image is ensured as a container's, with the volume's
+	// pullPolicy, and its events are about the pod itself, as upstream's
+	// (kuberuntime_manager.go getImageVolumes).
+	Volume *v1.Volume
 	// PullSecrets reads the pod's imagePullSecrets; called only when a pull
 	// is due. nil: no credentials.
 	PullSecrets func(ctx context.Context) []v1.Secret
+}
+
+// image is the image as the spec writes it.
+func (r Request) image() string {
+	if r.Volume != nil {
+		return r.Volume.Image.Reference
+	}
+	return r.Container.Image
+}
+
+func (r Request) policy() v1.PullPolicy {
+	if r.Volume != nil {
+		return VolumePullPolicy(r.Volume.Image)
+	}
+	return PullPolicy(r.Container)
+}
+
+// object is what the request's events are about.
+func (r Request) object() *v1.ObjectReference {
+	if r.Volume != nil {
+		return podref.Container(r.Pod, "")
+	}
+	return podref.Container(r.Pod, r.Container.Name)
+}
+
+// logAttrs name the pod and the container or volume in log lines.
+func (r Request) logAttrs() []any {
+	if r.Volume != nil {
+		return []any{"pod", r.Pod.Namespace + "/" + r.Pod.Name, "volume", r.Volume.Name, "image", r.image()}
+	}
+	return []any{"pod", r.Pod.Namespace + "/" + r.Pod.Name, "container", r.Container.Name, "image", r.image()}
 }
 
 // Failure is why a container cannot be created for its image: it waits
@@ -74,19 +111,20 @@ type Failure struct {
 
 func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
 
-// Ensure makes the container's image present as its pull policy says,
+// Ensure makes the request's image present as its pull policy says,
 // recording upstream's events on the pod, and returns it: the container is
 // created from its ID (upstream's imageRef), and its User decides
-// runAsNonRoot. Every error is a *Failure.
+// runAsNonRoot; an image volume is mounted by its ID. Every error is a
+// *Failure.
 func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error) {
-	image := req.Container.Image
+	image := req.image()
 	name, err := ParseName(image)
 	if err != nil {
 		msg := invalidNameMessage(image, err)
 		m.event(req, v1.EventTypeWarning, EventInspectFailed, msg)
 		return runtime.Image{}, &Failure{ReasonInvalidImageName, msg}
 	}
-	policy := PullPolicy(req.Container)
+	policy := req.policy()
 	var local runtime.Image
 	var present bool
 	if needsPresence(policy) {
@@ -110,7 +148,7 @@ func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error
 }
 
 func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Image, error) {
-	pod, image := req.Pod, req.Container.Image
+	pod, image := req.Pod, req.image()
 	var secrets []v1.Secret
 	if req.PullSecrets != nil {
 		secrets = req.PullSecrets(ctx)
@@ -132,7 +170,7 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 	m.event(req, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
 	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
-	log := m.cfg.Log.With("pod", pod.Namespace+"/"+pod.Name, "container", req.Container.Name, "image", image)
+	log := m.cfg.Log.With(req.logAttrs()...)
 	if err != nil {
 		log.Info("image pull failed", "err", err)
 		m.event(req, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
@@ -185,7 +223,8 @@ func (m *Manager) pullWith(ctx context.Context, ref string, creds []runtime.Regi
 	return "", utilerrors.NewAggregate(errs)
 }
 
-// event records an event about the request's container, as upstream.
+// event records an event about the request's container (or, for an image
+// volume, its pod), as upstream.
 func (m *Manager) event(req Request, typ, reason, msg string) {
-	m.cfg.Recorder.Event(podref.Container(req.Pod, req.Container.Name), typ, reason, msg)
+	m.cfg.Recorder.Event(req.object(), typ, reason, msg)
 }

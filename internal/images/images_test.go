@@ -366,3 +366,42 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+func volumeRequest(uid, ref string, policy v1.PullPolicy) Request {
+	return Request{
+		Pod:    &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: types.UID(uid)}},
+		Volume: &v1.Volume{Name: "vol", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: ref, PullPolicy: policy}}},
+	}
+}
+
+// An image volume's image is ensured as a container's — its own pull
+// policy, the same events and failures — and its events are about the pod,
+// without a container's field path, as upstream's getImageVolumes.
+func TestImageVolumeIsEnsuredLikeAContainerImage(t *testing.T) {
+	f := newFixture(t)
+	f.store.AddLocal("busybox:1.36", busybox)
+	f.store.AddRemote("busybox:1.36", busybox, nil)
+	ref, fail := f.ensure(t, volumeRequest("u", "busybox:1.36", v1.PullAlways))
+	if fail != nil || ref != busybox.ID {
+		t.Fatalf("ref %q failure %v", ref, fail)
+	}
+	if p := f.store.Pulls(); len(p) != 1 || p[0].Ref != "busybox:1.36" {
+		t.Errorf("pulls %+v, want busybox:1.36 once (Always)", p)
+	}
+	wantEvents(t, f.events(), `Normal Pulling Pulling image "busybox:1.36"`,
+		`Normal Pulled Successfully pulled image "busybox:1.36" in 0s (0s including waiting). Image size: 2160000 bytes.`)
+
+	_, fail = f.ensure(t, volumeRequest("u", "nosuch:1", v1.PullNever))
+	msg := `Container image "nosuch:1" is not present with pull policy of Never`
+	if fail == nil || *fail != (Failure{"ErrImageNeverPull", msg}) {
+		t.Errorf("failure %+v", fail)
+	}
+	wantEvents(t, f.events(), "Warning ErrImageNeverPull "+msg)
+
+	if o := volumeRequest("u", "x", "").object(); o.FieldPath != "" || o.Name != "p" || o.Kind != "Pod" {
+		t.Errorf("a volume's events are about %+v, want the pod itself", o)
+	}
+	if o := request("u", "x", "").object(); o.FieldPath != "spec.containers{c}" {
+		t.Errorf("a container's events are about %+v, want its field path", o)
+	}
+}

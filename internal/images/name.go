@@ -51,11 +51,19 @@ func ParseName(image string) (Name, error) {
 // SetDefaults_Container): Always for the tag latest — named or implied —,
 // IfNotPresent otherwise, a digest without tag and a name that does not
 // parse included.
-func PullPolicy(c *v1.Container) v1.PullPolicy {
-	if c.ImagePullPolicy != "" {
-		return c.ImagePullPolicy
+func PullPolicy(c *v1.Container) v1.PullPolicy { return defaultPolicy(c.Image, c.ImagePullPolicy) }
+
+// VolumePullPolicy is an image volume's pullPolicy, defaulted from its
+// reference as a container's (SetDefaults_ImageVolumeSource).
+func VolumePullPolicy(v *v1.ImageVolumeSource) v1.PullPolicy {
+	return defaultPolicy(v.Reference, v.PullPolicy)
+}
+
+func defaultPolicy(image string, set v1.PullPolicy) v1.PullPolicy {
+	if set != "" {
+		return set
 	}
-	if n, err := ParseName(c.Image); err == nil && n.Tag == "latest" {
+	if n, err := ParseName(image); err == nil && n.Tag == "latest" {
 		return v1.PullAlways
 	}
 	return v1.PullIfNotPresent

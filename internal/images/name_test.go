@@ -98,3 +98,23 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// An image volume's pullPolicy defaults from its reference as a
+// container's (upstream's SetDefaults_ImageVolumeSource).
+func TestVolumePullPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		ref  string
+		set  v1.PullPolicy
+		want v1.PullPolicy
+	}{
+		{"image", "", v1.PullAlways},
+		{"image:latest", "", v1.PullAlways},
+		{"image:v1", "", v1.PullIfNotPresent},
+		{"image:v1", v1.PullAlways, v1.PullAlways},
+		{"image", v1.PullNever, v1.PullNever},
+	} {
+		if got := VolumePullPolicy(&v1.ImageVolumeSource{Reference: tc.ref, PullPolicy: tc.set}); got != tc.want {
+			t.Errorf("VolumePullPolicy(%q, %q) = %q, want %q", tc.ref, tc.set, got, tc.want)
+		}
+	}
+}

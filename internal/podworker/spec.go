@@ -38,6 +38,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 				"container %q: %s cannot be honoured by the process runtime, whose containers are host processes (use --runtime=containerd)", c.Name, what)}
 		}
 	}
+	if !features.Images {
+		if why := imageVolumeUnsupported(pod, c); why != "" {
+			return runtime.ContainerSpec{}, configError{why}
+		}
+	}
 	user, err := containerUser(pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -50,7 +55,12 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
-	// Then the image, before the container's own configuration, as upstream.
+	// Then the images of its image volumes and its own, before the
+	// container's configuration, as upstream.
+	imageIDs, err := w.ensureImageVolumes(ctx, pod, c)
+	if err != nil {
+		return runtime.ContainerSpec{}, err
+	}
 	image, err := w.ensureImage(ctx, pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
@@ -90,7 +100,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		// No image to supply an entrypoint: args follow the command.
 		cmd, args = append(cmd, args...), nil
 	}
-	mounts, err := containerMounts(pod, c, paths, lookup, features)
+	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, features)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}

@@ -238,6 +238,9 @@ func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1
 	if v.HostPath != nil {
 		return v.HostPath.Path, checkHostPath(v.HostPath)
 	}
+	if v.Image != nil {
+		return "", nil // the runtime mounts the image; nothing on disk
+	}
 	plugin := pluginDir(v)
 	if plugin == "" {
 		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath)", v.Name)

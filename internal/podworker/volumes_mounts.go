@@ -17,8 +17,9 @@ import (
 
 // containerMounts are the container's volumeMounts as runtime mounts, with
 // subPath and subPathExpr resolved inside the volume. API-data volumes are
-// always read-only, as upstream.
-func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env map[string]string, f runtime.Features) ([]runtime.Mount, error) {
+// always read-only, as upstream. Image volumes are mounted from the image
+// of their ID in imageIDs (ensureImageVolumes).
+func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]string, env map[string]string, f runtime.Features) ([]runtime.Mount, error) {
 	byName := map[string]v1.Volume{}
 	for _, v := range pod.Spec.Volumes {
 		byName[v.Name] = v
@@ -27,8 +28,14 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env 
 	for _, vmount := range c.VolumeMounts {
 		v, ok := byName[vmount.Name]
 		src, ok2 := paths[vmount.Name]
+		if ok && v.Image != nil {
+			src, ok2 = imageIDs[vmount.Name]
+		}
 		if !ok || !ok2 {
 			return nil, configError{fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
+		}
+		if v.Image != nil && !f.Images {
+			return nil, configError{imageVolumeUnsupported(pod, c)}
 		}
 		if !f.Mounts {
 			if isDefaultServiceAccountVolume(v, vmount) {
@@ -43,6 +50,14 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env 
 				return nil, configError{fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
 			}
 			sub = s
+		}
+		if v.Image != nil {
+			m, err := imageVolumeMount(vmount, v, src, sub)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, m)
+			continue
 		}
 		host := src
 		if sub != "" {

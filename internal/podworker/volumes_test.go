@@ -95,11 +95,11 @@ func TestVolumeMountsWithoutRootAreRefusedByName(t *testing.T) {
 	c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{
 		{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
 	}}
-	if m, err := containerMounts(pod, c, paths, nil, runtime.Features{}); err != nil || len(m) != 0 {
+	if m, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{}); err != nil || len(m) != 0 {
 		t.Errorf("the default token volume without root: %v %v (want skipped)", m, err)
 	}
 	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "data", MountPath: "/data"})
-	_, err := containerMounts(pod, c, paths, nil, runtime.Features{})
+	_, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{})
 	var ce configError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `volume "data" cannot be mounted at /data`) {
 		t.Errorf("got %v, want a config error naming the mount", err)
@@ -117,7 +117,7 @@ func TestAPIDataVolumesAreMountedReadOnly(t *testing.T) {
 		{Name: "cm", MountPath: filepath.Join(base, "cm")},
 		{Name: "scratch", MountPath: filepath.Join(base, "scratch"), SubPathExpr: "$(POD)"},
 	}}
-	m, err := containerMounts(pod, c, paths, map[string]string{"POD": "p1"}, runtime.Features{Mounts: true})
+	m, err := containerMounts(pod, c, paths, nil, map[string]string{"POD": "p1"}, runtime.Features{Mounts: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,11 +107,20 @@ type SecurityProfile struct {
 	Path string `json:",omitempty"`
 }
 
-// Mount makes HostPath visible at ContainerPath inside the container.
+// Mount makes HostPath visible at ContainerPath inside the container; with
+// Image set, an image's filesystem instead (an image volume).
 type Mount struct {
 	HostPath      string
 	ContainerPath string
 	ReadOnly      bool
+	// Image, instead of HostPath, is the ID of an image the runtime has,
+	// whose filesystem it mounts read-only at ContainerPath (CRI
+	// Mount.image); only a runtime with Features.Images honours it.
+	// ImageName is the reference as the pod spec writes it; ImageSubPath, a
+	// directory inside the image to mount instead of its root.
+	Image        string `json:",omitempty"`
+	ImageName    string `json:",omitempty"`
+	ImageSubPath string `json:",omitempty"`
 }
 
 // Resources are cgroup limits; a zero field is not set.

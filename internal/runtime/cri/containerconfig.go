@@ -63,12 +63,20 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: k, Value: []byte(v)})
 	}
 	for _, m := range spec.Mounts {
-		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{
+		cm := &runtimeapi.Mount{
 			ContainerPath: m.ContainerPath,
 			HostPath:      m.HostPath,
 			Readonly:      m.ReadOnly,
 			Propagation:   runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
-		})
+		}
+		if m.Image != "" {
+			// containerd mounts the image itself and refuses a host path or
+			// a writable image mount.
+			cm.HostPath, cm.Readonly = "", true
+			cm.Image = &runtimeapi.ImageSpec{Image: m.Image, UserSpecifiedImage: m.ImageName}
+			cm.ImageSubPath = m.ImageSubPath
+		}
+		cfg.Mounts = append(cfg.Mounts, cm)
 	}
 	if spec.TerminationMessagePath != "" && in.terminationFile != "" {
 		cfg.Mounts = append(cfg.Mounts, &runtimeapi.Mount{

@@ -129,6 +129,27 @@ func TestContainerConfigKeepsTheImagesUserWhereThePodSetsNone(t *testing.T) {
 	}
 }
 
+// An image volume is a CRI mount of the image, read-only, with no host
+// path, as the kubelet's makeMounts passes it: containerd refuses anything
+// else.
+func TestContainerConfigMountsAnImageVolumeAsTheCRIImage(t *testing.T) {
+	spec := runtime.ContainerSpec{Name: "c", Image: "busybox", LogPath: "/logs/0.log", Mounts: []runtime.Mount{
+		{ContainerPath: "/volume", Image: "sha256:k1773n", ImageName: "registry.k8s.io/e2e-test-images/kitten:1.8", ImageSubPath: "etc"},
+	}}
+	got, err := containerConfig(containerInput{spec: spec, sandboxLogDir: "/logs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*runtimeapi.Mount{{
+		ContainerPath: "/volume", Readonly: true, Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+		Image:        &runtimeapi.ImageSpec{Image: "sha256:k1773n", UserSpecifiedImage: "registry.k8s.io/e2e-test-images/kitten:1.8"},
+		ImageSubPath: "etc",
+	}}
+	if d := cmp.Diff(want, got.Mounts, protocmp.Transform()); d != "" {
+		t.Errorf("mounts (-want +got):\n%s", d)
+	}
+}
+
 func TestContainerConfigRefusesALogOutsideTheSandboxsLogDirectory(t *testing.T) {
 	for _, p := range []string{"", "/elsewhere/0.log", "/logs", "/logs/../x.log", "relative/0.log"} {
 		spec := runtime.ContainerSpec{Name: "c", Image: "busybox", LogPath: p}

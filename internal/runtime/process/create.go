@@ -18,6 +18,11 @@ func (r *Runtime) Create(_ context.Context, spec runtime.ContainerSpec) (string,
 	if spec.LogPath == "" {
 		return "", fmt.Errorf("container %s: no log path: %w", spec.Name, runtime.ErrInvalid)
 	}
+	for _, m := range spec.Mounts {
+		if m.Image != "" {
+			return "", fmt.Errorf("container %s: an image volume at %s: the process runtime has no images: %w", spec.Name, m.ContainerPath, runtime.ErrInvalid)
+		}
+	}
 	id := newID()
 	final := filepath.Join(r.root, id)
 	tmp := filepath.Join(r.root, ".create-"+id)

@@ -1,0 +1,163 @@
+package podworker
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+func imageVolume(name, ref string, policy v1.PullPolicy) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: ref, PullPolicy: policy}}}
+}
+
+// An image volume's mount is the image by its ID, read-only whatever the
+// volumeMount says, with subPath (or the expanded subPathExpr) checked as
+// upstream's makeMounts and left to the runtime to resolve in the image.
+func TestImageVolumeMounts(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{imageVolume("img", "kitten:1.8", "")}}}
+	ids := map[string]string{"img": "sha256:k1773n"}
+	for _, tc := range []struct {
+		name  string
+		mount v1.VolumeMount
+		want  runtime.Mount
+		err   string
+	}{
+		{"whole image", v1.VolumeMount{Name: "img", MountPath: "/volume"},
+			runtime.Mount{ContainerPath: "/volume", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8"}, ""},
+		{"read-only always", v1.VolumeMount{Name: "img", MountPath: "/volume", ReadOnly: false},
+			runtime.Mount{ContainerPath: "/volume", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8"}, ""},
+		{"subPath", v1.VolumeMount{Name: "img", MountPath: "/etc-of-kitten", SubPath: "etc"},
+			runtime.Mount{ContainerPath: "/etc-of-kitten", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8", ImageSubPath: "etc"}, ""},
+		{"subPathExpr", v1.VolumeMount{Name: "img", MountPath: "/d", SubPathExpr: "$(DIR)/x"},
+			runtime.Mount{ContainerPath: "/d", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8", ImageSubPath: "etc/x"}, ""},
+		{"absolute subPath", v1.VolumeMount{Name: "img", MountPath: "/d", SubPath: "/etc"}, runtime.Mount{},
+			"error SubPath `/etc` must not be an absolute path"},
+		{"subPath with ..", v1.VolumeMount{Name: "img", MountPath: "/d", SubPath: "etc/../../x"}, runtime.Mount{},
+			"unable to provision SubPath `etc/../../x`: must not contain '..'"},
+	} {
+		c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{tc.mount}}
+		got, err := containerMounts(pod, c, map[string]string{"img": ""}, ids, map[string]string{"DIR": "etc"}, runtime.Features{Mounts: true, Images: true})
+		if tc.err != "" {
+			var ce configError
+			if !errors.As(err, &ce) || err.Error() != tc.err {
+				t.Errorf("%s: err %v, want the config error %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+// Only the image volumes a container mounts are its business, each once.
+func TestMountedImageVolumes(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{
+		imageVolume("a", "a:1", ""), {Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+		imageVolume("b", "b:1", ""), imageVolume("unused", "u:1", ""),
+	}}}
+	c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{{Name: "b"}, {Name: "e"}, {Name: "a"}, {Name: "b", SubPath: "x"}}}
+	var names []string
+	for _, v := range mountedImageVolumes(pod, c) {
+		names = append(names, v.Name)
+	}
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("mounted image volumes %v, want [a b]", names)
+	}
+	if why := imageVolumeUnsupported(pod, &v1.Container{Name: "c"}); why != "" {
+		t.Errorf("a container without image volumes: %q", why)
+	}
+}
+
+// With images: the volume's image is ensured with its own pull policy
+// (Always pulls even when present), the Pulled event is the pod's, and the
+// container is created with the image mounted.
+func TestImageVolumeIsPulledAndMounted(t *testing.T) {
+	f := newImageFixture(t)
+	f.rt.AddLocal("busybox:1.36", testImage)
+	kitten := runtime.Image{ID: "sha256:k1773n", RepoTags: []string{"docker.io/library/kitten:1.8"}, RepoDigests: []string{"docker.io/library/kitten@sha256:k"}, Size: 42}
+	f.rt.AddLocal("kitten:1.8", kitten)
+	f.rt.AddRemote("kitten:1.8", kitten, nil)
+	pod := imagePod("vol", "busybox:1.36", "")
+	pod.Spec.Volumes = []v1.Volume{imageVolume("volume", "kitten:1.8", v1.PullAlways)}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "volume", MountPath: "/volume"}}
+	f.m.UpdatePod(pod)
+	waitStatus(t, f.statuses, pod.UID, "running", runningOne)
+	if p := f.rt.Pulls(); len(p) != 1 || p[0].Ref != "kitten:1.8" {
+		t.Errorf("pulls %+v, want kitten:1.8 once (Always, though present)", p)
+	}
+	specs := f.rt.created()
+	want := runtime.Mount{ContainerPath: "/volume", ReadOnly: true, Image: kitten.ID, ImageName: "kitten:1.8"}
+	if len(specs) != 1 || !slices.Contains(specs[0].Mounts, want) {
+		t.Errorf("created %+v, want a container with mount %+v", specs, want)
+	}
+	if ev := f.drain(); !slices.Contains(ev, `Normal Pulled Successfully pulled image "kitten:1.8" in 0s (0s including waiting). Image size: 42 bytes.`) {
+		t.Errorf("events %q", ev)
+	}
+}
+
+// A volume whose image cannot be pulled holds the container back with
+// upstream's reasons: ErrImagePull, then ImagePullBackOff.
+func TestImageVolumePullFailureIsTheContainersWaitingReason(t *testing.T) {
+	f := newImageFixture(t)
+	f.rt.AddLocal("busybox:1.36", testImage)
+	pod := imagePod("badvol", "busybox:1.36", "")
+	pod.Spec.Volumes = []v1.Volume{imageVolume("volume", "nosuch:1", "")}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "volume", MountPath: "/volume"}}
+	f.m.UpdatePod(pod)
+	if r := f.nextFailed(t); r != "ErrImagePull" {
+		t.Fatalf("failed with %q", r)
+	}
+	waitStatus(t, f.statuses, pod.UID, "waiting ErrImagePull", func(st v1.PodStatus) bool {
+		w := waitingOf(st)
+		return w != nil && w.Reason == "ErrImagePull" && strings.Contains(w.Message, "nosuch:1")
+	})
+	// As a container image's back-off: pulls at 0 and 10 s, then 20 s of
+	// ImagePullBackOff.
+	var got []string
+	for range 2 {
+		f.clock.Step(10 * time.Second)
+		f.m.worker(pod.UID).poke()
+		got = append(got, f.nextFailed(t))
+	}
+	if !slices.Equal(got, []string{"ErrImagePull", "ImagePullBackOff"}) {
+		t.Errorf("retries failed with %v, want [ErrImagePull ImagePullBackOff]", got)
+	}
+	if len(f.rt.created()) != 0 {
+		t.Error("created a container without its volume's image")
+	}
+}
+
+// The process runtime has no images: a container mounting an image volume
+// waits with CreateContainerConfigError naming the volume and the runtime
+// that can; the pod's other containers run.
+func TestImageVolumeOnTheProcessRuntimeIsAConfigError(t *testing.T) {
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("procvol")
+	pod.Spec.Volumes = []v1.Volume{imageVolume("volume", "kitten:1.8", "")}
+	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "other", Command: []string{"sleep", "3600"}})
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "volume", MountPath: "/volume"}}
+	m.UpdatePod(pod)
+	msg := `container "c": volume "volume" is an image volume (volumes[].image), which the process runtime cannot mount: it runs host processes and has no images (use --runtime=containerd)`
+	waitStatus(t, statuses, pod.UID, "c waiting CreateContainerConfigError, other running", func(st v1.PodStatus) bool {
+		var c, other bool
+		for _, cs := range st.ContainerStatuses {
+			switch {
+			case cs.Name == "c" && cs.State.Waiting != nil:
+				c = cs.State.Waiting.Reason == "CreateContainerConfigError" && cs.State.Waiting.Message == msg
+			case cs.Name == "other":
+				other = cs.State.Running != nil
+			}
+		}
+		return c && other
+	})
+}
