@@ -19,6 +19,9 @@ type config struct {
 	Shim         string
 	CNIBinDirs   []string
 	StreamPort   int
+	// Auths are registries.yaml's credentials (its mirrors are in
+	// Paths.HostsDir).
+	Auths []registryAuth
 }
 
 // configTemplate is containerd 2.x's config, version 4 (server settings
@@ -33,6 +36,8 @@ type config struct {
 //     that two podvisors on one machine never share it;
 //   - NRI off: it would listen on the machine-wide /var/run/nri/nri.sock;
 //   - the streaming server (exec, attach, port-forward) on 127.0.0.1 only;
+//   - the registries' hosts.toml files in the data dir (registries.go), not
+//     the machine's /etc/containerd/certs.d;
 //   - use_internal_loopback: containerd brings a pod's lo up itself instead
 //     of running the loopback CNI plugin, one process fewer per pod start and
 //     stop (about 1 % of the CPU of a 100-pod burst, BENCHMARKS.md).
@@ -62,6 +67,15 @@ required_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.{
   snapshotter = {{q .Snapshotter}}
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = {{q .SandboxImage}}
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = {{q .HostsDir}}
+{{- range .Auths}}
+    [plugins."io.containerd.cri.v1.images".registry.configs.{{q .Host}}.auth]
+      username = {{q .Username}}
+      password = {{q .Password}}
+      auth = {{q .Auth}}
+      identitytoken = {{q .IdentityToken}}
+{{- end}}
 
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true

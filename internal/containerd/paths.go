@@ -24,6 +24,7 @@ type Paths struct {
 	Root       string // DATA_DIR/containerd/root: content, snapshots, metadata
 	Log        string // DATA_DIR/containerd/containerd.log: containerd's own output
 	CNIConfDir string // DATA_DIR/containerd/cni: the CNI network config
+	HostsDir   string // DATA_DIR/containerd/certs.d: registry hosts.toml files, from DATA_DIR/registries.yaml
 	Images     string // DATA_DIR/images: tars imported at every start (air-gap folder)
 	State      string // /run/podvisor/containerd-<hash>
 	Socket     string // State/containerd.sock: containerd's gRPC API and the CRI
@@ -51,6 +52,7 @@ func PathsFor(dataDir string) (Paths, error) {
 		Root:       filepath.Join(dir, "root"),
 		Log:        filepath.Join(dir, "containerd.log"),
 		CNIConfDir: filepath.Join(dir, "cni"),
+		HostsDir:   filepath.Join(dir, "certs.d"),
 		Images:     filepath.Join(abs, "images"),
 		State:      state,
 		Socket:     filepath.Join(state, "containerd.sock"),

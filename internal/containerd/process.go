@@ -123,8 +123,18 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 			return nil, fmt.Errorf("containerd: %w", err)
 		}
 	}
+	registries, err := ReadRegistries(o.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("containerd: %w", err)
+	}
+	if err := writeHostsDir(paths.HostsDir, registries); err != nil {
+		return nil, fmt.Errorf("containerd: registry hosts: %w", err)
+	}
+	for host, m := range registries.Mirrors {
+		o.Log.Info("registry mirror", "registry", host, "endpoints", m.Endpoints)
+	}
 	cfg := config{Paths: paths, Snapshotter: o.Snapshotter, SandboxImage: SandboxImage,
-		Runc: o.Runc, Shim: o.Shim, CNIBinDirs: o.CNIBinDirs, StreamPort: o.StreamPort}
+		Runc: o.Runc, Shim: o.Shim, CNIBinDirs: o.CNIBinDirs, StreamPort: o.StreamPort, Auths: registries.auths()}
 	if err := writeConfig(cfg); err != nil {
 		return nil, fmt.Errorf("containerd: config: %w", err)
 	}
