@@ -87,8 +87,9 @@ func Save(dir string, st State) error {
 func hasForeign(entries []os.DirEntry) bool {
 	for _, e := range entries {
 		switch e.Name() {
-		// images/ is the air-gap folder, filled before the first start.
-		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images":
+		// images/ is the air-gap folder and registries.yaml the registry
+		// mirrors (internal/containerd), both written before the first start.
+		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml":
 		default:
 			return true
 		}

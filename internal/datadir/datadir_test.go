@@ -1,0 +1,29 @@
+package datadir
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// What a user puts in a data dir before its first start (the air-gap
+// images folder, registries.yaml) makes no foreign dir; anything else does.
+func TestOpenANewDirWithWhatUsersPrepare(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "registries.yaml"), []byte("mirrors: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := Open(dir); err != nil || st.Layout != Layout || st.NodeName != "" {
+		t.Fatalf("Open: %+v, %v; want a new dir", st, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "not a podvisor data dir") {
+		t.Errorf("Open of a dir with a foreign file: %v", err)
+	}
+}
