@@ -38,6 +38,10 @@ const (
 	// glibcDNSImage is a stand-in: busybox, whose hostname -f the hostname
 	// override specs run, instead of Debian's glibc.
 	glibcDNSImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.0.0"
+	// kittenImage is a stand-in: agnhost's image with upstream's kitten
+	// files and an /etc/os-release saying Alpine Linux, which upstream's
+	// alpine base has and the ImageVolume spec reads.
+	kittenImage = "registry.k8s.io/e2e-test-images/kitten:1.8"
 )
 
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
@@ -88,6 +92,10 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	kittenLayer, err := kittenFiles(agnhostLayer)
+	if err != nil {
+		return nil, err
+	}
 	nnpLayer := maps.Clone(base)
 	// Set-uid, as upstream's `chmod +s`: the specs check the effective uid.
 	nnpLayer["usr/local/bin/nnp"] = file{mode: 0o6755, data: nnpBin}
@@ -103,6 +111,8 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 		{[]string{nonrootImage}, v1.Config{User: "1234"}, base},
 		{[]string{nonewprivsImage}, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
 		{[]string{glibcDNSImage}, v1.Config{}, base},
+		// As upstream's Dockerfile: agnhost's entrypoint, CMD ["test-webserver"].
+		{[]string{kittenImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, kittenLayer},
 	} {
 		im.cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 		im.cfg.ExposedPorts = map[string]struct{}{}
@@ -192,6 +202,32 @@ func agnhostFiles(base map[string]file, agnhost string) (map[string]file, error)
 	}
 	return files, nil
 }
+
+// kittenFiles is the layer of upstream's kitten image: agnhost's with
+// /kitten.jpg and /data.json from upstream's test/images/kitten/html, plus
+// the /etc/os-release of its alpine base.
+func kittenFiles(agnhost map[string]file) (map[string]file, error) {
+	src := filepath.Join(moduleCacheDir(), "k8s.io", "kubernetes@v1.36.3", "test", "images", "kitten", "html")
+	files := maps.Clone(agnhost)
+	for _, f := range []string{"kitten.jpg", "data.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			return nil, err
+		}
+		files[f] = file{mode: 0o644, data: b}
+	}
+	files["etc/os-release"] = file{mode: 0o644, data: []byte(alpineOSRelease)}
+	return files, nil
+}
+
+// alpineOSRelease is what upstream's alpine base says of itself; the runner's
+// busybox base stands in for it.
+const alpineOSRelease = `NAME="Alpine Linux"
+ID=alpine
+VERSION_ID=3.21.3
+PRETTY_NAME="Alpine Linux v3.21 (podvisor conformance stand-in: Debian's busybox)"
+HOME_URL="https://alpinelinux.org/"
+`
 
 // curlStandIn GETs its last argument and prints the body, which is all the
 // selected specs ask of curl.

@@ -4,8 +4,10 @@
 //	go -C test/conformance run . [-fast | -focus REGEX] [-procs N] [-keep] [-out DIR]
 //
 // It builds podvisor, the e2e test binary (./suite) and the images the
-// specs run, under their upstream names; starts `podvisor up` on free ports
-// with a fresh data dir; imports the images; runs the selection (see
+// specs run, under their upstream names; serves them from a registry on
+// 127.0.0.1 that podvisor's registries.yaml mirrors registry.k8s.io to;
+// starts `podvisor up` on free ports with a fresh data dir; imports the
+// images; runs the selection (see
 // selection.go and exclusions.txt); writes ginkgo's JSON and JUnit reports
 // and a summary to the output directory and prints per-area counts; and
 // stops podvisor, removing everything it started. It must run as root, as
@@ -130,8 +132,21 @@ func run(o options) (int, error) {
 		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
 	}
 
+	step("serving the images from a registry on 127.0.0.1")
+	reg, err := startRegistry(filepath.Join(work, "registry"))
+	if err != nil {
+		return 0, err
+	}
+	defer reg.stop()
+	if err := reg.pushTars(tars); err != nil {
+		return 0, err
+	}
 	data := filepath.Join(work, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {
+		return 0, err
+	}
+	// Pulls of registry.k8s.io (policy Always) are served by that registry.
+	if err := os.WriteFile(filepath.Join(data, "registries.yaml"), reg.registriesYAML(), 0o600); err != nil {
 		return 0, err
 	}
 	pv := &podvisor{bin: filepath.Join(bin, "podvisor"), dataDir: data, nodeName: "conformance",

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// The specs that pull with policy Always (ImageVolume) need a registry:
+// the runner serves every image it built from a registry of its own on
+// 127.0.0.1 (go-containerregistry's, blobs on disk), and podvisor's
+// registries.yaml points registry.k8s.io at it.
+
+// localRegistry is the runner's registry.
+type localRegistry struct {
+	url string // http://127.0.0.1:PORT
+	srv *http.Server
+}
+
+// startRegistry serves a registry on a free port of 127.0.0.1, its blobs in
+// dir, until stop.
+func startRegistry(dir string) (*localRegistry, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)), registry.WithBlobHandler(registry.NewDiskBlobHandler(dir)))
+	r := &localRegistry{url: "http://" + l.Addr().String(), srv: &http.Server{Handler: h}}
+	go r.srv.Serve(l)
+	return r, nil
+}
+
+func (r *localRegistry) stop() { r.srv.Close() }
+
+// registriesYAML is podvisor's registries.yaml (k3s's format): pulls of
+// registry.k8s.io go to the runner's registry.
+func (r *localRegistry) registriesYAML() []byte {
+	return []byte("mirrors:\n  registry.k8s.io:\n    endpoint: [\"" + r.url + "\"]\n")
+}
+
+// pushTars pushes every image of the docker-archive tars under each of
+// its names, as the registry it names would serve it.
+func (r *localRegistry) pushTars(tars []string) error {
+	for _, p := range tars {
+		m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(p) })
+		if err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(p), err)
+		}
+		for _, desc := range m {
+			for _, ref := range desc.RepoTags {
+				tag, err := name.NewTag(ref)
+				if err != nil {
+					return err
+				}
+				img, err := tarball.ImageFromPath(p, &tag)
+				if err != nil {
+					return fmt.Errorf("%s: %w", ref, err)
+				}
+				if err := r.push(tag, img); err != nil {
+					return fmt.Errorf("pushing %s: %w", ref, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// push uploads img's blobs (monolithic POSTs) and its manifest under tag's
+// repository and tag.
+func (r *localRegistry) push(tag name.Tag, img v1.Image) error {
+	repo := tag.RepositoryStr()
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	type blob struct {
+		digest v1.Hash
+		open   func() (io.ReadCloser, error)
+	}
+	var blobs []blob
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		blobs = append(blobs, blob{d, l.Compressed})
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		return err
+	}
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	blobs = append(blobs, blob{cfgName, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cfg)), nil }})
+	for _, b := range blobs {
+		rc, err := b.open()
+		if err != nil {
+			return err
+		}
+		err = r.send(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+b.digest.String(), "", rc)
+		rc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return err
+	}
+	manifest, err := img.RawManifest()
+	if err != nil {
+		return err
+	}
+	return r.send(http.MethodPut, "/v2/"+repo+"/manifests/"+tag.TagStr(), string(mt), bytes.NewReader(manifest))
+}
+
+func (r *localRegistry) send(method, path, contentType string, body io.Reader) error {
+	req, err := http.NewRequest(method, r.url+path, body)
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+	}
+	return nil
+}
