@@ -183,3 +183,14 @@ func TestRemoveKeepsTheLog(t *testing.T) {
 		t.Errorf("List after Remove: %v", l)
 	}
 }
+
+// A host process cannot have an image's filesystem mounted: a spec with an
+// image volume is refused (the agent refuses it first, naming the field).
+func TestCreateRefusesAnImageVolume(t *testing.T) {
+	r := newRuntime(t, t.TempDir())
+	spec := testSpec(t, "true")
+	spec.Mounts = []runtime.Mount{{ContainerPath: "/volume", ReadOnly: true, Image: "sha256:k1773n"}}
+	if _, err := r.Create(context.Background(), spec); !runtime.IsInvalid(err) || !strings.Contains(err.Error(), "image volume at /volume") {
+		t.Errorf("Create: %v, want ErrInvalid naming the image volume", err)
+	}
+}
