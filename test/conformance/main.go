@@ -19,6 +19,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -163,7 +165,11 @@ func run(o options) (int, error) {
 		step("stopping podvisor and removing its pods")
 		pv.stop(logf)
 	}()
-	if err := pv.start("10.244.0.0/16"); err != nil {
+	cidr, err := freePodCIDR()
+	if err != nil {
+		return 0, err
+	}
+	if err := pv.start(cidr.String()); err != nil {
 		return 0, err
 	}
 	step("importing the images")
@@ -297,4 +303,30 @@ func ensurePackages(log io.Writer, pkgs ...string) error {
 		}
 	}
 	return nil
+}
+
+// freePodCIDR is the first of 10.244.0.0/16 … 10.254.0.0/16 that no
+// network interface of the machine has an address in: a second run at the
+// same time (or another podvisor) on 10.244 would put two bridges on one
+// subnet, and pod IPs would no longer be reachable from the node.
+func freePodCIDR() (netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for b := 244; b <= 254; b++ {
+		cand := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(b), 0, 0}), 16)
+		used := false
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				if p, err := netip.ParsePrefix(n.String()); err == nil && p.Overlaps(cand) {
+					used = true
+				}
+			}
+		}
+		if !used {
+			return cand, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("no free pod network among 10.244.0.0/16 … 10.254.0.0/16")
 }
