@@ -13,7 +13,8 @@ import (
 
 // Layout of one instance directory, Root/<id>:
 //
-//	config.json       the spec and creation time; written once by Create
+//	config.json       the spec and creation time; written by Create, and by
+//	                  UpdateResources (the spec's resources only)
 //	state.json        state, pids, exit status; written by the shim while it
 //	                  lives, by the agent only when no shim can (create, lost shim)
 //	shim.json         pid and start time of the shim; written by the agent at Start
