@@ -76,11 +76,13 @@ func Compute(s Snapshot) Plan {
 	for _, c := range p.containers {
 		st := containerStatus(p.pod, c, ref)
 		if c.ephemeral {
+			p.statusResources(&st, c)
 			st.Ready = false // never ready: no probes, not a part of the pod's readiness
 			ephemeral = append(ephemeral, st)
 			continue
 		}
 		p.carryOver(&st, c)
+		p.statusResources(&st, c)
 		if c.init {
 			init = append(init, st)
 		} else {
@@ -165,7 +167,7 @@ func (p *podState) decide() {
 	p.sandboxLost = !frozen && p.sandboxGoneForGood()
 	for _, c := range p.containers {
 		if !c.sidecar && !c.ephemeral && c.exited() {
-			c.restart = !frozen && !p.sandboxLost && (c.rerun() || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
+			c.restart = !frozen && !p.sandboxLost && (c.rerun() || c.rec.ResizeRestart || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
 		}
 	}
 	p.ending = frozen || p.sandboxLost || p.initFailed() || p.regularDone()
@@ -175,8 +177,10 @@ func (p *podState) decide() {
 		}
 	}
 	for _, c := range p.containers {
-		if !c.restart || c.rerun() {
-			continue // a rerun is a first run in the new sandbox: no back-off
+		if !c.restart || c.rerun() || c.rec.ResizeRestart {
+			// A rerun is a first run in the new sandbox, a restart for a
+			// resize no crash: no back-off.
+			continue
 		}
 		e, found := p.backOff[c.name()]
 		c.delay = min(e.Delay, p.cfg.MaxBackOff)
@@ -258,6 +262,7 @@ func (p *podState) podStatus(phase v1.PodPhase, init, regular []v1.ContainerStat
 	}
 	st.QOSClass = qosClass(p.pod)
 	st.Conditions = conditions(p.pod, old.Conditions, phase, init, regular, p.s.SandboxReady && !done, p.now)
+	st.Conditions = p.setResizeConditions(st.Conditions, phase)
 	if couldRestartAll(&p.pod.Spec) {
 		c := stamp(p.allContainersRestarting(phase), p.pod, old.Conditions, p.now)
 		if o := conditionOf(st.Conditions, c.Type); o != nil {
