@@ -35,6 +35,8 @@ type podState struct {
 	restarting        bool
 	restartUnfinished bool
 	resetPending      bool
+	// resizeEvents are the events of the resize conditions' changes.
+	resizeEvents []Event
 }
 
 // Compute decides, from what is known of one pod now, the status to publish
@@ -120,6 +122,7 @@ func Compute(s Snapshot) Plan {
 
 	status := p.podStatus(phase, init, regular, done)
 	status.EphemeralContainerStatuses = ephemeral
+	events = append(events, p.resizeEvents...)
 	if p.deadlineHit && p.pod.Status.Reason != ReasonDeadlineExceeded {
 		events = append(events, Event{Type: v1.EventTypeNormal, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded})
 	}
@@ -262,7 +265,7 @@ func (p *podState) podStatus(phase v1.PodPhase, init, regular []v1.ContainerStat
 	}
 	st.QOSClass = qosClass(p.pod)
 	st.Conditions = conditions(p.pod, old.Conditions, phase, init, regular, p.s.SandboxReady && !done, p.now)
-	st.Conditions = p.setResizeConditions(st.Conditions, phase)
+	st.Conditions, p.resizeEvents = p.setResizeConditions(st.Conditions, phase)
 	if couldRestartAll(&p.pod.Spec) {
 		c := stamp(p.allContainersRestarting(phase), p.pod, old.Conditions, p.now)
 		if o := conditionOf(st.Conditions, c.Type); o != nil {

@@ -1,8 +1,10 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -38,7 +40,18 @@ type Resize struct {
 	Error string
 	// InFlight: resizes are being carried out; none is planned meanwhile.
 	InFlight bool
+	// NotBefore: no resize is planned before then (the last one failed);
+	// the plan wakes at it.
+	NotBefore time.Time
 }
+
+// Retries of resizes: a deferred one is tried again this often (and
+// whenever a pod leaves the node), as upstream's periodic retry; a failed
+// actuation after ResizeErrorRetry.
+const (
+	ResizeDeferredRetry = 3 * time.Minute
+	ResizeErrorRetry    = 10 * time.Second
+)
 
 // ResizePending is a PodResizePending condition: upstream's reason
 // (Deferred: may fit later, retried; Infeasible: never on this node) and
@@ -186,6 +199,10 @@ func (p *podState) planResize() []Action {
 	if p.s.Resize.InFlight {
 		return nil
 	}
+	if nb := p.s.Resize.NotBefore; p.now.Before(nb) {
+		p.wakeAt(nb)
+		return nil
+	}
 	var restarts, lower, higher []Action
 	for _, c := range p.containers {
 		if !p.resizeDue(c) {
@@ -244,10 +261,13 @@ func (p *podState) resizeConditions(phase v1.PodPhase) []v1.PodCondition {
 	}
 	var out []v1.PodCondition
 	if pend := p.s.Resize.Pending; pend != nil {
+		if pend.Reason == ReasonResizeDeferred {
+			p.wakeAt(p.now.Add(ResizeDeferredRetry))
+		}
 		out = append(out, v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue,
 			Reason: pend.Reason, Message: pend.Message})
 	}
-	inProgress := p.s.Resize.InFlight
+	inProgress := p.s.Resize.InFlight || !p.s.Resize.NotBefore.IsZero()
 	for _, c := range p.containers {
 		cur := c.rec.Current
 		if c.resizable() && cur != nil && cur.State == StateRunning && !sameCPUAndMemory(p.allocated(c), p.actuated(c)) {
@@ -267,14 +287,47 @@ func (p *podState) resizeConditions(phase v1.PodPhase) []v1.PodCondition {
 	return out
 }
 
-// setResizeConditions replaces the resize conditions of conds with now's.
-func (p *podState) setResizeConditions(conds []v1.PodCondition, phase v1.PodPhase) []v1.PodCondition {
+// setResizeConditions replaces the resize conditions of conds with now's;
+// the end of PodResizeInProgress is the ResizeCompleted event.
+func (p *podState) setResizeConditions(conds []v1.PodCondition, phase v1.PodPhase) ([]v1.PodCondition, []Event) {
 	old := p.pod.Status.Conditions
 	out := slices.DeleteFunc(conds, func(c v1.PodCondition) bool {
 		return c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress
 	})
-	for _, c := range p.resizeConditions(phase) {
+	now := p.resizeConditions(phase)
+	for _, c := range now {
 		out = append(out, stamp(c, p.pod, old, p.now))
 	}
-	return out
+	var events []Event
+	if was := conditionOf(old, v1.PodResizeInProgress); was != nil && conditionOf(now, v1.PodResizeInProgress) == nil && !p.ending && !isTerminal(phase) {
+		events = append(events, Event{Type: v1.EventTypeNormal, Reason: EventResizeCompleted,
+			Message: ResizeMessage("Pod resize completed", AllocatedPod(p.pod, p.s.Resize.Allocated), was.ObservedGeneration, "")})
+	}
+	return out, events
+}
+
+// ResizeMessage is upstream's resize event message: the prefix, then the
+// pod's containers' resources, the generation and the error as JSON.
+func ResizeMessage(prefix string, pod *v1.Pod, generation int64, errMsg string) string {
+	type allocation struct {
+		Name      string                  `json:"name"`
+		Resources v1.ResourceRequirements `json:"resources,omitempty"`
+	}
+	summary := struct {
+		InitContainers []allocation `json:"initContainers,omitempty"`
+		Containers     []allocation `json:"containers,omitempty"`
+		Generation     int64        `json:"generation"`
+		Error          string       `json:"error,omitempty"`
+	}{Generation: generation, Error: errMsg}
+	for _, c := range pod.Spec.InitContainers {
+		summary.InitContainers = append(summary.InitContainers, allocation{c.Name, c.Resources})
+	}
+	for _, c := range pod.Spec.Containers {
+		summary.Containers = append(summary.Containers, allocation{c.Name, c.Resources})
+	}
+	b, err := json.Marshal(summary)
+	if err != nil {
+		return prefix
+	}
+	return prefix + ": " + string(b)
 }

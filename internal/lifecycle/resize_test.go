@@ -1,7 +1,9 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -217,5 +219,44 @@ func TestResizeVerdict(t *testing.T) {
 	}
 	if _, ok := AllocationOf(pod)["i"]; ok {
 		t.Errorf("an init container that is not a sidecar is allocated: it cannot be resized")
+	}
+}
+
+// Retries: a deferred resize is looked at again after ResizeDeferredRetry;
+// a failed actuation is not planned again before NotBefore, when the plan
+// wakes; the end of PodResizeInProgress is the ResizeCompleted event.
+func TestResizeRetriesAndCompletion(t *testing.T) {
+	pod := newPod(containers("c"), withResources("c", big))
+	now := t0.Add(2 * time.Second)
+	p := Compute(snap(pod, recs{"c": rec(running("1", 0))},
+		resize(Resize{Allocated: alloc{"c": small}, Pending: &ResizePending{Reason: ReasonResizeDeferred}})))
+	if want := now.Add(ResizeDeferredRetry); !p.WakeAt.Equal(want) {
+		t.Errorf("deferred: wake at %v, want %v", p.WakeAt, want)
+	}
+
+	retry := now.Add(ResizeErrorRetry)
+	p = Compute(snap(pod, recs{"c": rec(running("1", 0))},
+		resize(Resize{Allocated: alloc{"c": big}, Actuated: alloc{"c": small}, Error: "boom", NotBefore: retry})))
+	if len(p.Actions) != 0 || !p.WakeAt.Equal(retry) || condition(t, p, v1.PodResizeInProgress).Reason != "Error" {
+		t.Errorf("before NotBefore: actions %q wake %v, want none and a wake at %v, with the error shown", actionsString(p.Actions), p.WakeAt, retry)
+	}
+
+	inProgress := newPod(containers("c"), withResources("c", big), func(p *v1.Pod) {
+		p.Generation = 2
+		p.Status.Conditions = []v1.PodCondition{{Type: v1.PodResizeInProgress, Status: v1.ConditionTrue, ObservedGeneration: 2}}
+	})
+	p = Compute(snap(inProgress, recs{"c": rec(running("1", 0))}, resize(Resize{Allocated: alloc{"c": big}, Actuated: alloc{"c": big}})))
+	if c := conditionOf(p.Status.Conditions, v1.PodResizeInProgress); c != nil {
+		t.Errorf("actuated: PodResizeInProgress still there")
+	}
+	var completed []Event
+	for _, e := range p.Events {
+		if e.Reason == EventResizeCompleted {
+			completed = append(completed, e)
+		}
+	}
+	if len(completed) != 1 || !strings.HasPrefix(completed[0].Message, `Pod resize completed: {"containers":[{"name":"c","resources":{"limits":{"cpu":"25m","memory":"40Mi"}`) ||
+		!strings.HasSuffix(completed[0].Message, `"generation":2}`) {
+		t.Errorf("events %+v, want one ResizeCompleted with upstream's summary", completed)
 	}
 }
