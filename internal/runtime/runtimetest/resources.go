@@ -9,13 +9,14 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// cgroupValue is a script that prints, from inside a container, the value
+// CgroupValue is a script that prints, from inside a container, the value
 // of one of its own cgroup files: $1 is the v1 controller, $2 the v1 file,
 // $3 the v2 file. A container with its own cgroup mount (a CRI runtime)
 // sees its cgroup at the mount's root; a host process finds its path in
 // the copy of /proc/self/cgroup its main process left in ./cgroup-path (an
-// exec'd process may not have joined the cgroup yet when it looks).
-const cgroupValue = `c=$1; f1=$2; f2=$3
+// exec'd process may not have joined the cgroup yet when it looks):
+// the container's command starts with RecordCgroup.
+const CgroupValue = `c=$1; f1=$2; f2=$3
 p=$(grep -E "^[0-9]+:([^:]*,)?$c(,[^:]*)?:" cgroup-path | cut -d: -f3)
 if [ -n "$p" ]; then
   for d in /sys/fs/cgroup/$c$p /sys/fs/cgroup/$c; do
@@ -29,11 +30,15 @@ else
 fi
 echo "no $c cgroup file" >&2; exit 1`
 
+// RecordCgroup, at the start of a container's script, leaves the copy of
+// its cgroup paths CgroupValue reads.
+const RecordCgroup = "cat /proc/self/cgroup > cgroup-path"
+
 // readCgroup reads, through Exec, a cgroup value as the container sees it.
 func readCgroup(t *testing.T, rt runtime.Runtime, id, controller, v1File, v2File string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code, err := rt.Exec(ctx(t), id, []string{"sh", "-c", cgroupValue, "sh", controller, v1File, v2File}, &out, &errOut, 10*time.Second)
+	code, err := rt.Exec(ctx(t), id, []string{"sh", "-c", CgroupValue, "sh", controller, v1File, v2File}, &out, &errOut, 10*time.Second)
 	if err != nil || code != 0 {
 		t.Fatalf("reading %s from inside the container: exit %d, %v: %s", v1File, code, err, errOut.String())
 	}
@@ -46,7 +51,7 @@ func readCgroup(t *testing.T, rt runtime.Runtime, id, controller, v1File, v2File
 func testUpdateResources(t *testing.T, h Harness) {
 	rt := h.New(t)
 	p := newPod(t, rt)
-	spec := p.spec(h, "c", "cat /proc/self/cgroup > cgroup-path; echo ready; exec sleep 300")
+	spec := p.spec(h, "c", RecordCgroup+"; echo ready; exec sleep 300")
 	spec.Resources = runtime.Resources{MemoryLimitBytes: 64 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUShares: 512}
 	id := run(t, rt, spec)
 	before := waitState(t, rt, id, runtime.StateRunning)
