@@ -17,6 +17,13 @@ func (r *Runtime) UpdateResources(ctx context.Context, id string, res runtime.Re
 	if err != nil {
 		return fmt.Errorf("update container %s: %w", id, err)
 	}
+	// containerd would update an exited container's spec all the same: the
+	// contract is the same on every runtime, an exited one is a conflict.
+	if st, err := r.Status(ctx, id); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	} else if st.State == runtime.StateExited {
+		return fmt.Errorf("update container %s (%s): it exited: %w", m.name, id, runtime.ErrConflict)
+	}
 	req := &runtimeapi.ContainerResources{Linux: linuxResources(res)}
 	if err := r.rs.UpdateContainerResources(quiet(ctx), id, req); err != nil {
 		return classify(err, "update resources of container %s (%s)", m.name, id)
