@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -207,6 +208,13 @@ func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []li
 }
 
 func (w *worker) actuate(ctx context.Context, pod, before *v1.Pod, actions []lifecycle.Action, ids map[string]string) error {
+	limits := w.m.cfg.Runtime.Features().Limits
+	if limits {
+		// Before anything changes, as upstream: no half-done resize.
+		if err := w.checkMemoryDecreases(ctx, before, actions, ids); err != nil {
+			return err
+		}
+	}
 	cg := w.m.cfg.Cgroups
 	var parent string
 	var after podcgroup.Limits
@@ -219,7 +227,6 @@ func (w *worker) actuate(ctx context.Context, pod, before *v1.Pod, actions []lif
 			return fmt.Errorf("resizing the pod's cgroup: %w", err)
 		}
 	}
-	limits := w.m.cfg.Runtime.Features().Limits
 	for _, a := range actions {
 		c, ok := findContainer(pod, a.Container)
 		id := ids[a.Container]
@@ -246,6 +253,41 @@ func (w *worker) actuate(ctx context.Context, pod, before *v1.Pod, actions []lif
 		}
 	}
 	return nil
+}
+
+// checkMemoryDecreases refuses, with upstream's message, a memory limit
+// lowered to or below what the container uses now (the kernel would have
+// to reclaim or kill to get there). Usage is the working set: what the
+// kernel cannot simply drop.
+func (w *worker) checkMemoryDecreases(ctx context.Context, before *v1.Pod, actions []lifecycle.Action, ids map[string]string) error {
+	var errs []string
+	for _, a := range actions {
+		want := a.Resources.Limits[v1.ResourceMemory]
+		c, ok := findContainer(before, a.Container)
+		if !ok || want.IsZero() || ids[a.Container] == "" {
+			continue
+		}
+		have := c.Resources.Limits[v1.ResourceMemory]
+		if !have.IsZero() && want.Cmp(have) >= 0 {
+			continue // not lowered
+		}
+		u, err := w.m.cfg.Runtime.Usage(ctx, ids[a.Container])
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("missing container %q memory usage", a.Container))
+			continue
+		}
+		if u.MemoryWorkingSet >= want.Value() {
+			errs = append(errs, fmt.Sprintf("attempting to set container %q memory limit (%d) below current usage (%d)",
+				a.Container, want.Value(), u.MemoryWorkingSet))
+		}
+	}
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("cannot decrease memory limits: %s", errs[0])
+	}
+	return fmt.Errorf("cannot decrease memory limits: [%s]", strings.Join(errs, ", "))
 }
 
 // actuatedPod is pod with each container's resources as its instance runs

@@ -161,3 +161,31 @@ func TestResizeErrorIsRetried(t *testing.T) {
 		t.Errorf("message %q, want the runtime's error", c.Message)
 	}
 }
+
+// A memory limit lowered below what the container uses is refused before
+// anything changes, with upstream's message, and the status keeps the
+// limit the container has.
+func TestResizeRefusesMemoryBelowUsage(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.memoryUsage = 50 << 20
+	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}
+	r := runManager(t, rt, t.TempDir(), node)
+	pod := resizablePod("m", "100m", "64Mi")
+	r.m.UpdatePod(pod)
+	waitRunning(t, r.statuses, pod)
+	r.m.UpdatePod(resized(pod, "100m", "32Mi"))
+	st := waitStatus(t, r.statuses, pod.UID, "PodResizeInProgress Error", func(st v1.PodStatus) bool {
+		c := hasCond(st, v1.PodResizeInProgress)
+		return c != nil && c.Reason == "Error"
+	})
+	want := `cannot decrease memory limits: attempting to set container "c" memory limit (33554432) below current usage (52428800)`
+	if c := hasCond(st, v1.PodResizeInProgress); c.Message != want {
+		t.Errorf("message %q, want %q", c.Message, want)
+	}
+	if res := st.ContainerStatuses[0].Resources; !res.Limits.Memory().Equal(resource.MustParse("64Mi")) {
+		t.Errorf("resources %v, want the limit the container has (64Mi)", res)
+	}
+	if ups := rt.resourceUpdates(); len(ups) != 0 {
+		t.Errorf("the refused resize was carried out: %+v", ups)
+	}
+}

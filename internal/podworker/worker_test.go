@@ -46,6 +46,7 @@ type fakeRuntime struct {
 	specs          map[string]runtime.Resources
 	updates        []resourceUpdate
 	updateFailures int
+	memoryUsage    int64 // every container's working set
 }
 
 type resourceUpdate struct {
@@ -187,7 +188,9 @@ func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writ
 func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
 
 func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) {
-	return runtime.Usage{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return runtime.Usage{MemoryWorkingSet: f.memoryUsage}, nil
 }
 
 func (f *fakeRuntime) UpdateResources(_ context.Context, id string, r runtime.Resources) error {
