@@ -56,6 +56,29 @@ func waitRunning(t *testing.T, statuses *statusLog, pod *v1.Pod) {
 	})
 }
 
+// resizeRunning runs pod (100m, 64Mi) on a node of 2 CPUs and 1Gi (cpu
+// overrides the CPUs), waits for it to run, then asks for cpu and mem.
+func resizeRunning(t *testing.T, rt *fakeRuntime, nodeCPU, cpu, mem string) (managerRun, *v1.Pod) {
+	t.Helper()
+	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse(nodeCPU), v1.ResourceMemory: resource.MustParse("1Gi")}
+	r := runManager(t, rt, t.TempDir(), node)
+	pod := resizablePod(strings.ToLower(t.Name()), "100m", "64Mi")
+	r.m.UpdatePod(pod)
+	waitRunning(t, r.statuses, pod)
+	r.m.UpdatePod(resized(pod, cpu, mem))
+	return r, pod
+}
+
+// resizeError waits for PodResizeInProgress with reason Error.
+func resizeError(t *testing.T, r managerRun, pod *v1.Pod) (v1.PodStatus, *v1.PodCondition) {
+	t.Helper()
+	st := waitStatus(t, r.statuses, pod.UID, "PodResizeInProgress Error", func(st v1.PodStatus) bool {
+		c := hasCond(st, v1.PodResizeInProgress)
+		return c != nil && c.Reason == "Error"
+	})
+	return st, hasCond(st, v1.PodResizeInProgress)
+}
+
 type managerRun struct {
 	m        *Manager
 	statuses *statusLog
@@ -123,12 +146,7 @@ func TestResizeInPlaceAndAcrossARestart(t *testing.T) {
 // message, and the pod keeps running as allocated.
 func TestResizeDeferredWithoutRoom(t *testing.T) {
 	rt := newFakeRuntime()
-	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}
-	r := runManager(t, rt, t.TempDir(), node)
-	pod := resizablePod("d", "100m", "64Mi")
-	r.m.UpdatePod(pod)
-	waitRunning(t, r.statuses, pod)
-	r.m.UpdatePod(resized(pod, "1500m", "64Mi"))
+	r, pod := resizeRunning(t, rt, "1", "1500m", "64Mi")
 	st := waitStatus(t, r.statuses, pod.UID, "PodResizePending", func(st v1.PodStatus) bool { return hasCond(st, v1.PodResizePending) != nil })
 	c := hasCond(st, v1.PodResizePending)
 	if c.Reason != "Deferred" || !strings.HasPrefix(c.Message, "Node didn't have enough resource: cpu, requested: 1500, used: 0, capacity: 1000") {
@@ -147,17 +165,8 @@ func TestResizeDeferredWithoutRoom(t *testing.T) {
 func TestResizeErrorIsRetried(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.updateFailures = 1
-	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}
-	r := runManager(t, rt, t.TempDir(), node)
-	pod := resizablePod("e", "100m", "64Mi")
-	r.m.UpdatePod(pod)
-	waitRunning(t, r.statuses, pod)
-	r.m.UpdatePod(resized(pod, "200m", "64Mi"))
-	st := waitStatus(t, r.statuses, pod.UID, "PodResizeInProgress Error", func(st v1.PodStatus) bool {
-		c := hasCond(st, v1.PodResizeInProgress)
-		return c != nil && c.Reason == "Error"
-	})
-	if c := hasCond(st, v1.PodResizeInProgress); !strings.Contains(c.Message, "device or resource busy") {
+	r, pod := resizeRunning(t, rt, "2", "200m", "64Mi")
+	if _, c := resizeError(t, r, pod); !strings.Contains(c.Message, "device or resource busy") {
 		t.Errorf("message %q, want the runtime's error", c.Message)
 	}
 }
@@ -168,18 +177,10 @@ func TestResizeErrorIsRetried(t *testing.T) {
 func TestResizeRefusesMemoryBelowUsage(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.memoryUsage = 50 << 20
-	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}
-	r := runManager(t, rt, t.TempDir(), node)
-	pod := resizablePod("m", "100m", "64Mi")
-	r.m.UpdatePod(pod)
-	waitRunning(t, r.statuses, pod)
-	r.m.UpdatePod(resized(pod, "100m", "32Mi"))
-	st := waitStatus(t, r.statuses, pod.UID, "PodResizeInProgress Error", func(st v1.PodStatus) bool {
-		c := hasCond(st, v1.PodResizeInProgress)
-		return c != nil && c.Reason == "Error"
-	})
+	r, pod := resizeRunning(t, rt, "2", "100m", "32Mi")
+	st, c := resizeError(t, r, pod)
 	want := `cannot decrease memory limits: attempting to set container "c" memory limit (33554432) below current usage (52428800)`
-	if c := hasCond(st, v1.PodResizeInProgress); c.Message != want {
+	if c.Message != want {
 		t.Errorf("message %q, want %q", c.Message, want)
 	}
 	if res := st.ContainerStatuses[0].Resources; !res.Limits.Memory().Equal(resource.MustParse("64Mi")) {
