@@ -60,7 +60,7 @@ type ResizePending struct {
 	Reason, Message string
 }
 
-// Messages of the kubelet's resize events and conditions.
+// Reasons of the kubelet's resize events.
 const (
 	EventResizeStarted    = "ResizeStarted"
 	EventResizeCompleted  = "ResizeCompleted"
