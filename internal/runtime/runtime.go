@@ -68,6 +68,9 @@ type ContainerSpec struct {
 	Mounts []Mount `json:",omitempty"`
 	// Resources are the container's cgroup limits; zero values mean unlimited.
 	Resources Resources
+	// OOMScoreAdj is the oom_score_adj of the container's processes; 0:
+	// the runtime's. Honoured with Features.Limits.
+	OOMScoreAdj int `json:",omitempty"`
 	// User, when set, is who the container's processes run as; nil: the agent's user.
 	User *Credential `json:",omitempty"`
 	// Stdin keeps the main process's stdin open for attach; StdinOnce

@@ -24,7 +24,7 @@ func TestInPlaceResize(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("resize")
-	script := runtimetest.RecordCgroup + "; exec sleep 3600"
+	script := runtimetest.RecordCgroup + "; cat /proc/self/oom_score_adj > oom-score-adj; exec sleep 3600"
 	inPlace := sh("inplace", script)
 	inPlace.Resources = v1.ResourceRequirements{
 		Requests: v1.ResourceList{v1.ResourceCPU: resourceMust("100m"), v1.ResourceMemory: resourceMust("64Mi")},
@@ -78,6 +78,17 @@ func TestInPlaceResize(t *testing.T) {
 	}
 	if got := memory("restarts"); got != "100663296" {
 		t.Errorf("memory limit of the restarted container: %s, want 100663296 (96Mi)", got)
+	}
+	// The restarted instance's OOM score follows its new request, as
+	// upstream's QoS policy (the pod is Burstable).
+	node, err := p.Admin.CoreV1().Nodes().Get(context.Background(), p.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 1000 - 1000*(96<<20)/node.Status.Capacity.Memory().Value()
+	o, e, code := p.kubectl(t, "", nil, "-n", ns, "exec", "resize", "-c", "restarts", "--", "cat", "oom-score-adj")
+	if code != 0 || strings.TrimSpace(o) != fmt.Sprint(want) {
+		t.Errorf("oom_score_adj of the restarted container: %q %s (exit %d), want %d", o, e, code, want)
 	}
 }
 

@@ -45,14 +45,15 @@ func readCgroup(t *testing.T, rt runtime.Runtime, id, controller, v1File, v2File
 	return strings.TrimSpace(out.String())
 }
 
-// An in-place resize changes a running container's cgroup limits without
-// restarting it; a zero field leaves its limit as it is; an exited
+// A container's processes get its oom_score_adj; an in-place resize
+// changes a running container's cgroup limits without restarting it; a zero field leaves its limit as it is; an exited
 // container cannot be resized.
 func testUpdateResources(t *testing.T, h Harness) {
 	rt := h.New(t)
 	p := newPod(t, rt)
-	spec := p.spec(h, "c", RecordCgroup+"; echo ready; exec sleep 300")
+	spec := p.spec(h, "c", RecordCgroup+"; cat /proc/self/oom_score_adj > oom-score-adj; echo ready; exec sleep 300")
 	spec.Resources = runtime.Resources{MemoryLimitBytes: 64 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUShares: 512}
+	spec.OOMScoreAdj = 875
 	id := run(t, rt, spec)
 	before := waitState(t, rt, id, runtime.StateRunning)
 	waitLog(t, spec.LogPath, "ready")
@@ -65,6 +66,10 @@ func testUpdateResources(t *testing.T, h Harness) {
 	if limits {
 		if got := memory(); got != "67108864" {
 			t.Fatalf("memory limit at creation: %s, want 67108864", got)
+		}
+		var out bytes.Buffer
+		if code, err := rt.Exec(ctx(t), id, []string{"cat", "oom-score-adj"}, &out, nil, 10*time.Second); err != nil || code != 0 || strings.TrimSpace(out.String()) != "875" {
+			t.Errorf("oom_score_adj of the container's process: %q (exit %d, %v), want 875", out.String(), code, err)
 		}
 	}
 
