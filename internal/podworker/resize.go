@@ -166,9 +166,9 @@ func (w *worker) recordActuatedLocked(name, id string, r v1.ResourceRequirements
 	w.saveResourcesLocked()
 }
 
-// resizeContainers carries out the plan's in-place resizes, in its order,
-// with the pod's cgroup holding the larger of the old and new limits
-// meanwhile, as the kubelet orders them. A failure stops the rest: the
+// resizeContainers carries out the plan's in-place resizes, in their
+// order (the pod's cgroup already holds the larger of the old and new
+// limits: syncPodCgroup). A failure stops the rest: the
 // core plans them again after ResizeErrorRetry, and PodResizeInProgress
 // says why meanwhile.
 func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []lifecycle.Action) {
@@ -189,7 +189,7 @@ func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []li
 	before := actuatedPod(pod, snap)
 	go func() {
 		defer w.poke()
-		err := w.actuate(ctx, pod, before, actions, ids)
+		err := w.actuate(ctx, before, pod, actions, ids)
 		w.mu.Lock()
 		w.resizing = false
 		if err != nil {
@@ -207,24 +207,12 @@ func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []li
 	}()
 }
 
-func (w *worker) actuate(ctx context.Context, pod, before *v1.Pod, actions []lifecycle.Action, ids map[string]string) error {
+func (w *worker) actuate(ctx context.Context, before, pod *v1.Pod, actions []lifecycle.Action, ids map[string]string) error {
 	limits := w.m.cfg.Runtime.Features().Limits
 	if limits {
 		// Before anything changes, as upstream: no half-done resize.
 		if err := w.checkMemoryDecreases(ctx, before, actions, ids); err != nil {
 			return err
-		}
-	}
-	cg := w.m.cfg.Cgroups
-	var parent string
-	var after podcgroup.Limits
-	if cg != nil {
-		qos := lifecycle.QOSClass(pod)
-		parent = podcgroup.Parent(string(pod.UID), qos)
-		old := podcgroup.Config(before, qos)
-		after = podcgroup.Config(pod, qos)
-		if err := cg.Ensure(parent, podcgroup.Larger(old, after)); err != nil {
-			return fmt.Errorf("resizing the pod's cgroup: %w", err)
 		}
 	}
 	for _, a := range actions {
@@ -247,12 +235,36 @@ func (w *worker) actuate(ctx context.Context, pod, before *v1.Pod, actions []lif
 		w.recordActuatedLocked(a.Container, id, *a.Resources)
 		w.mu.Unlock()
 	}
-	if cg != nil {
-		if err := cg.Ensure(parent, after); err != nil {
-			return fmt.Errorf("resizing the pod's cgroup: %w", err)
-		}
-	}
 	return nil
+}
+
+// syncPodCgroup keeps the pod's cgroup at the larger of what its running
+// containers were given and what they are allocated: grown before any
+// container is resized or restarted bigger (a child's CFS quota above its
+// parent's is refused), shrunk once none runs with more than allocated.
+// Written only when that changes (and once after an agent restart, with
+// the same values). Before the pod's first sandbox there is no cgroup.
+func (w *worker) syncPodCgroup(pod *v1.Pod, r lifecycle.Resize) {
+	cg := w.m.cfg.Cgroups
+	w.mu.Lock()
+	made := len(w.sandboxes) > 0
+	applied := w.podCgroupLimits
+	w.mu.Unlock()
+	if cg == nil || !made {
+		return
+	}
+	qos := lifecycle.QOSClass(pod)
+	want := podcgroup.Larger(podcgroup.Config(actuatedPod(pod, r), qos), podcgroup.Config(pod, qos))
+	if applied != nil && *applied == want {
+		return
+	}
+	if err := cg.Ensure(podcgroup.Parent(string(pod.UID), qos), want); err != nil {
+		w.m.cfg.Log.Warn("resizing the pod's cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		return
+	}
+	w.mu.Lock()
+	w.podCgroupLimits = &want
+	w.mu.Unlock()
 }
 
 // checkMemoryDecreases refuses, with upstream's message, a memory limit

@@ -2,7 +2,9 @@ package podworker
 
 import (
 	"context"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -85,11 +88,15 @@ type managerRun struct {
 	stop     context.CancelFunc
 }
 
-func runManager(t *testing.T, rt runtime.Runtime, dir string, alloc v1.ResourceList) managerRun {
+func runManager(t *testing.T, rt runtime.Runtime, dir string, alloc v1.ResourceList, cg ...PodCgroups) managerRun {
 	t.Helper()
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m, err := New(Config{NodeName: "n", PodsDir: dir, Runtime: rt, Status: statuses, Recorder: record.NewFakeRecorder(1000),
-		Allocatable: func() v1.ResourceList { return alloc }})
+	cfg := Config{NodeName: "n", PodsDir: dir, Runtime: rt, Status: statuses, Recorder: record.NewFakeRecorder(1000),
+		Allocatable: func() v1.ResourceList { return alloc }}
+	if len(cg) > 0 {
+		cfg.Cgroups = cg[0]
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +195,72 @@ func TestResizeRefusesMemoryBelowUsage(t *testing.T) {
 	}
 	if ups := rt.resourceUpdates(); len(ups) != 0 {
 		t.Errorf("the refused resize was carried out: %+v", ups)
+	}
+}
+
+// podCgroupLog records the pod cgroup's writes, and what the runtime had
+// created by then.
+type podCgroupLog struct {
+	rt     *fakeRuntime
+	mu     sync.Mutex
+	writes []cgroupWrite
+}
+
+type cgroupWrite struct {
+	l         podcgroup.Limits
+	instances int
+}
+
+func (c *podCgroupLog) Ensure(_ string, l podcgroup.Limits) error {
+	c.rt.mu.Lock()
+	n := len(c.rt.specs)
+	c.rt.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes = append(c.writes, cgroupWrite{l, n})
+	return nil
+}
+
+func (c *podCgroupLog) Remove(string) error { return nil }
+
+func (c *podCgroupLog) log() []cgroupWrite {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.writes)
+}
+
+// A container restarted for a resize starts inside a pod cgroup already
+// grown to its new limits (a CFS quota above the parent's is refused);
+// once it runs, the pod cgroup holds the new limits only.
+func TestResizeRestartGrowsThePodCgroupFirst(t *testing.T) {
+	rt := newFakeRuntime()
+	cg := &podCgroupLog{rt: rt}
+	node := v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}
+	r := runManager(t, rt, t.TempDir(), node, cg)
+	pod := resizablePod("cg", "100m", "64Mi")
+	pod.Spec.Containers[0].ResizePolicy = []v1.ContainerResizePolicy{{ResourceName: v1.ResourceCPU, RestartPolicy: v1.RestartContainer}}
+	r.m.UpdatePod(pod)
+	waitRunning(t, r.statuses, pod)
+	big := resized(pod, "300m", "64Mi")
+	big.Spec.Containers[0].ResizePolicy = pod.Spec.Containers[0].ResizePolicy
+	r.m.UpdatePod(big)
+	waitStatus(t, r.statuses, pod.UID, "restarted with 300m", func(st v1.PodStatus) bool {
+		return resizedTo("300m", "64Mi")(st) && st.ContainerStatuses[0].RestartCount == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+	var grown, final *cgroupWrite
+	writes := cg.log()
+	for i, w := range writes {
+		if w.l.CPUQuota == 30000 && grown == nil {
+			grown = &writes[i]
+		}
+	}
+	if len(writes) > 0 {
+		final = &writes[len(writes)-1]
+	}
+	if grown == nil || grown.instances != 1 {
+		t.Fatalf("pod cgroup writes %+v: want the 300m quota before the second instance was created", writes)
+	}
+	if final.l != (podcgroup.Limits{CPUShares: 307, CPUQuota: 30000, MemoryBytes: 64 << 20}) {
+		t.Errorf("pod cgroup at the end %+v, want the new allocation's", final.l)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/status"
@@ -76,6 +77,7 @@ type worker struct {
 	resizeNotBefore  time.Time
 	resizing         bool
 	resizeKilled     map[string]bool
+	podCgroupLimits  *podcgroup.Limits // last written by syncPodCgroup
 	lastPhase        v1.PodPhase
 	finished         bool
 
@@ -312,6 +314,7 @@ func (w *worker) sync(ctx context.Context) {
 	w.lastPhase = plan.Status.Phase
 	w.mu.Unlock()
 
+	w.syncPodCgroup(apod, snap.Resize)
 	var resizes []lifecycle.Action
 	for _, a := range plan.Actions {
 		switch a.Kind {
