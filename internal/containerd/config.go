@@ -31,6 +31,9 @@ type config struct {
 //   - restrict_oom_score_adj: without CAP_SYS_RESOURCE runc cannot give the
 //     sandbox the CRI's oom_score_adj of -998 and fails with "can't get final
 //     child's PID from pipe: EOF";
+//   - oom_score -999, as a node's containerd runs: restrict_oom_score_adj
+//     raises what is below containerd's own score to it, and a Guaranteed
+//     container's -997 (upstream's QoS policy) must stay -997;
 //   - cgroupfs (SystemdCgroup = false): podvisor does not need systemd;
 //   - runc's root under the state directory, not /run/containerd/runc, so
 //     that two podvisors on one machine never share it;
@@ -44,6 +47,7 @@ type config struct {
 var configTemplate = template.Must(template.New("config.toml").Funcs(template.FuncMap{"q": strconv.Quote}).Parse(
 	`# Written by podvisor at every start of its containerd: edits are overwritten.
 version = 4
+oom_score = -999
 root = {{q .Root}}
 state = {{q .State}}
 temp = {{q (print .Root "/tmp")}}

@@ -35,6 +35,8 @@ type podState struct {
 	restarting        bool
 	restartUnfinished bool
 	resetPending      bool
+	// resizeEvents are the events of the resize conditions' changes.
+	resizeEvents []Event
 }
 
 // Compute decides, from what is known of one pod now, the status to publish
@@ -76,11 +78,13 @@ func Compute(s Snapshot) Plan {
 	for _, c := range p.containers {
 		st := containerStatus(p.pod, c, ref)
 		if c.ephemeral {
+			p.statusResources(&st, c)
 			st.Ready = false // never ready: no probes, not a part of the pod's readiness
 			ephemeral = append(ephemeral, st)
 			continue
 		}
 		p.carryOver(&st, c)
+		p.statusResources(&st, c)
 		if c.init {
 			init = append(init, st)
 		} else {
@@ -118,6 +122,7 @@ func Compute(s Snapshot) Plan {
 
 	status := p.podStatus(phase, init, regular, done)
 	status.EphemeralContainerStatuses = ephemeral
+	events = append(events, p.resizeEvents...)
 	if p.deadlineHit && p.pod.Status.Reason != ReasonDeadlineExceeded {
 		events = append(events, Event{Type: v1.EventTypeNormal, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded})
 	}
@@ -165,7 +170,7 @@ func (p *podState) decide() {
 	p.sandboxLost = !frozen && p.sandboxGoneForGood()
 	for _, c := range p.containers {
 		if !c.sidecar && !c.ephemeral && c.exited() {
-			c.restart = !frozen && !p.sandboxLost && (c.rerun() || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
+			c.restart = !frozen && !p.sandboxLost && (c.rerun() || c.rec.ResizeRestart || wantsRestart(p.pod, c, c.rec.Current.ExitCode))
 		}
 	}
 	p.ending = frozen || p.sandboxLost || p.initFailed() || p.regularDone()
@@ -175,8 +180,10 @@ func (p *podState) decide() {
 		}
 	}
 	for _, c := range p.containers {
-		if !c.restart || c.rerun() {
-			continue // a rerun is a first run in the new sandbox: no back-off
+		if !c.restart || c.rerun() || c.rec.ResizeRestart {
+			// A rerun is a first run in the new sandbox, a restart for a
+			// resize no crash: no back-off.
+			continue
 		}
 		e, found := p.backOff[c.name()]
 		c.delay = min(e.Delay, p.cfg.MaxBackOff)
@@ -258,6 +265,7 @@ func (p *podState) podStatus(phase v1.PodPhase, init, regular []v1.ContainerStat
 	}
 	st.QOSClass = qosClass(p.pod)
 	st.Conditions = conditions(p.pod, old.Conditions, phase, init, regular, p.s.SandboxReady && !done, p.now)
+	st.Conditions, p.resizeEvents = p.setResizeConditions(st.Conditions, phase)
 	if couldRestartAll(&p.pod.Spec) {
 		c := stamp(p.allContainersRestarting(phase), p.pod, old.Conditions, p.now)
 		if o := conditionOf(st.Conditions, c.Type); o != nil {

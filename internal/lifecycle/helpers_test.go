@@ -142,10 +142,15 @@ func actionsString(as []Action) string {
 			out += fmt.Sprintf("start %s#%d", a.Container, a.Attempt)
 		case ActionKill:
 			out += fmt.Sprintf("kill %s(%s)", a.Container, a.Grace)
+			if a.Resize {
+				out += "[resize]"
+			}
 		case ActionReset:
 			out += "reset " + a.Container
 		case ActionRunSandbox:
 			out += "sandbox"
+		case ActionResize:
+			out += "resize " + a.Container
 		default:
 			out += "?" + a.Container
 		}

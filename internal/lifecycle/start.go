@@ -21,6 +21,9 @@ func (p *podState) planRun() []Action {
 			actions = append(actions, p.killUnhealthy(c))
 		}
 	}
+	if p.s.SandboxReady {
+		actions = append(actions, p.planResize()...)
+	}
 	if !p.s.SandboxReady {
 		// Nothing starts outside a sandbox, and a sandbox is made only when
 		// something is due to start: a pod whose containers are done for
@@ -88,7 +91,7 @@ func (p *podState) appendStart(actions []Action, c *container) []Action {
 		// After a restart of all containers, the count goes on (KEP-5532).
 		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: c.carried})
 	}
-	if c.rerun() {
+	if c.rerun() || c.rec.ResizeRestart {
 		return append(actions, Action{Kind: ActionStart, Container: c.name(), Init: c.init, Attempt: cur.Attempt + 1})
 	}
 	if c.backOff {

@@ -66,6 +66,10 @@ type ContainerRecord struct {
 	Stopping bool
 	// Starting is true while a start (create, start, postStart) is in flight.
 	Starting bool
+	// ResizeRestart: Current was stopped because a resize of a resource
+	// whose resizePolicy is RestartContainer; once it exited it starts
+	// again at once, whatever the restart policy and back-off (resize.go).
+	ResizeRestart bool
 }
 
 // ProbeState is the probe manager's verdict for one container (§6). A
@@ -133,6 +137,9 @@ type Snapshot struct {
 	// Termination is set when the agent stops the pod (deletion, deadline,
 	// shutdown). For a deletion the worker sets it from deletionTimestamp.
 	Termination *Termination
+	// Resize is the pod's in-place resize: what is allocated, what runs
+	// (resize.go). The zero value: the spec's resources, all actuated.
+	Resize Resize
 }
 
 // ActionKind is what the worker must do. Zero means unknown.
@@ -152,6 +159,10 @@ const (
 	// ActionRunSandbox makes the pod's sandbox; containers start once it
 	// is ready.
 	ActionRunSandbox
+	// ActionResize changes the resources of Current of Container in place
+	// to Resources (its allocation). The resizes of one plan are carried
+	// out together, in order, with the pod's cgroup around them.
+	ActionResize
 )
 
 // Action is one step of a plan.
@@ -162,6 +173,11 @@ type Action struct {
 	Attempt   int32
 	Grace     time.Duration
 	Message   string // for ActionKill: the Killing event message
+	// Resize, for ActionKill: the kill restarts the container for a resize
+	// (the worker sets ContainerRecord.ResizeRestart for the instance).
+	Resize bool
+	// Resources, for ActionResize: what the container is to run with.
+	Resources *v1.ResourceRequirements
 }
 
 // Event is an event the core decides on (the worker records it on the pod).

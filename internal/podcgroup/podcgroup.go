@@ -97,3 +97,17 @@ func quota(milliCPU int64) int64 {
 	}
 	return max(milliCPU*CPUPeriod/1000, MinQuotaUsecs)
 }
+
+// Larger is, field by field, the larger of a and b (a limit not set, 0,
+// is the largest): what a pod's cgroup holds while its containers are
+// resized from one to the other, so that neither the old nor the new
+// container limits exceed it meanwhile.
+func Larger(a, b Limits) Limits {
+	limit := func(x, y int64) int64 {
+		if x == 0 || y == 0 {
+			return 0
+		}
+		return max(x, y)
+	}
+	return Limits{CPUShares: max(a.CPUShares, b.CPUShares), CPUQuota: limit(a.CPUQuota, b.CPUQuota), MemoryBytes: limit(a.MemoryBytes, b.MemoryBytes)}
+}

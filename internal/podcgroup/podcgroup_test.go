@@ -170,3 +170,12 @@ func TestManagerV2Layout(t *testing.T) {
 		}
 	}
 }
+
+// While a pod is resized its cgroup holds the larger of the old and new
+// limits; a limit not set is larger than any.
+func TestLargerDuringResize(t *testing.T) {
+	got := Larger(Limits{CPUShares: 20, CPUQuota: 2000, MemoryBytes: 40 << 20}, Limits{CPUShares: 25, CPUQuota: 1500, MemoryBytes: 0})
+	if want := (Limits{CPUShares: 25, CPUQuota: 2000, MemoryBytes: 0}); got != want {
+		t.Errorf("Larger: %+v, want %+v", got, want)
+	}
+}

@@ -112,6 +112,9 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 			w.postStart[id] = true
 		}
+		if _, ok := w.resourcesLocked().Allocated[c.Name]; ok {
+			w.recordActuatedLocked(c.Name, id, c.Resources)
+		}
 		w.mu.Unlock()
 		if st, err := rt.Status(ctx, id); err == nil {
 			w.observe(st)
@@ -259,6 +262,9 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 	}
 	id := list[len(list)-1].ID
 	w.stopping[a.Container] = true
+	if a.Resize {
+		w.resizeKilled[id] = true
+	}
 	w.mu.Unlock()
 	c, _ := findContainer(pod, a.Container)
 	go func() {

@@ -478,6 +478,7 @@ func (m *Manager) removeWorker(uid types.UID) {
 	delete(m.workers, uid)
 	m.mu.Unlock()
 	m.cfg.Status.Forget(uid)
+	m.retryDeferredResizes(uid) // its resources are free
 }
 
 // activePods counts admitted pods that are not terminal, for admission.
@@ -489,7 +490,7 @@ func (m *Manager) activePods(except types.UID) []*v1.Pod {
 		if uid == except || !w.isActive() {
 			continue
 		}
-		out = append(out, w.currentPod())
+		out = append(out, w.allocatedPod())
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/podvisor/podvisor/internal/expansion"
+	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -129,6 +130,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	if features.Limits {
 		spec.Resources = containerResources(c)
+		spec.OOMScoreAdj = lifecycle.OOMScoreAdj(pod, c, w.m.memoryCapacity())
 	}
 	if features.Security {
 		if spec.Security, err = podsecurity.Container(pod, c, w.m.cfg.Security); err != nil {
@@ -167,6 +169,24 @@ func containerResources(c *v1.Container) runtime.Resources {
 	req := c.Resources.Requests[v1.ResourceCPU]
 	r.CPUShares = uint64(min(max(req.MilliValue()*1024/1000, 2), 262144))
 	return r
+}
+
+// memoryCapacity is the node's memory, which a Burstable container's OOM
+// score is relative to: its capacity as the API has it, else what is
+// allocatable; 0 when neither is known.
+func (m *Manager) memoryCapacity() int64 {
+	if m.cfg.Node != nil {
+		if n, err := m.cfg.Node(); err == nil && n != nil {
+			if q, ok := n.Status.Capacity[v1.ResourceMemory]; ok {
+				return q.Value()
+			}
+		}
+	}
+	if m.cfg.Allocatable != nil {
+		q := m.cfg.Allocatable()[v1.ResourceMemory]
+		return q.Value()
+	}
+	return 0
 }
 
 // containerUser is the user, group and supplementary groups the container

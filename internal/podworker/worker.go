@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/status"
@@ -65,8 +66,20 @@ type worker struct {
 	// extraConditions are conditions the agent adds once (DisruptionTarget).
 	extraConditions []v1.PodCondition
 	stopped         chan struct{} // closed once a terminated pod has nothing running
-	lastPhase       v1.PodPhase
-	finished        bool
+	// In-place resize (resize.go): the allocation and what runs, read
+	// from the pod's directory on first use; the pending resize and the
+	// generation it was decided for; the last actuation's failure and when
+	// to try again; resizes under way; instances stopped for a resize.
+	resources        *resourceRecord
+	resizePending    *lifecycle.ResizePending
+	resizePendingGen int64
+	resizeErr        string
+	resizeNotBefore  time.Time
+	resizing         bool
+	resizeKilled     map[string]bool
+	podCgroupLimits  *podcgroup.Limits // last written by syncPodCgroup
+	lastPhase        v1.PodPhase
+	finished         bool
 
 	wake  chan struct{}
 	timer clock.Timer
@@ -83,6 +96,7 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []ru
 		probed: map[string]bool{}, adopted: map[string]bool{}, removed: map[string]bool{}, unstarted: map[string]string{},
 		backoff: map[string]lifecycle.BackOffEntry{}, sandboxStopped: map[string]bool{},
 		wake: make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
+		resizeKilled: map[string]bool{},
 	}
 	for _, s := range adopted {
 		w.instances[s.Name] = append(w.instances[s.Name], s)
@@ -272,6 +286,9 @@ func (w *worker) sync(ctx context.Context) {
 			w.shortenStopsLocked(pod, g)
 		}
 	}
+	w.mu.Unlock()
+	w.handleResize(pod)
+	w.mu.Lock()
 	var unstarted []unstartedInstance
 	if w.termination == nil {
 		unstarted = w.takeUnstartedLocked(pod)
@@ -283,6 +300,8 @@ func (w *worker) sync(ctx context.Context) {
 	}
 	probeChanges := w.probeChangesLocked(pod)
 	snap := w.snapshotLocked(now)
+	// New instances and the pod's cgroup are made as allocated.
+	apod := lifecycle.AllocatedPod(pod, snap.Resize.Allocated)
 	w.mu.Unlock()
 	w.startUnstarted(ctx, pod, unstarted)
 	w.applyProbeChanges(pod, probeChanges, w.termination != nil)
@@ -295,17 +314,24 @@ func (w *worker) sync(ctx context.Context) {
 	w.lastPhase = plan.Status.Phase
 	w.mu.Unlock()
 
+	w.syncPodCgroup(apod, snap.Resize)
+	var resizes []lifecycle.Action
 	for _, a := range plan.Actions {
 		switch a.Kind {
 		case lifecycle.ActionStart:
-			w.startContainer(ctx, pod, a)
+			w.startContainer(ctx, apod, a)
 		case lifecycle.ActionKill:
 			w.killContainer(ctx, pod, a)
 		case lifecycle.ActionReset:
 			w.resetContainer(ctx, pod, a)
 		case lifecycle.ActionRunSandbox:
-			w.runSandbox(ctx, pod)
+			w.runSandbox(ctx, apod)
+		case lifecycle.ActionResize:
+			resizes = append(resizes, a)
 		}
+	}
+	if len(resizes) > 0 {
+		w.resizeContainers(ctx, apod, resizes)
 	}
 	for _, e := range plan.Events {
 		w.m.cfg.Recorder.Event(podref.Container(pod, e.Container), e.Type, e.Reason, e.Message)
@@ -387,6 +413,7 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 		list := w.instances[c.Name]
 		if n := len(list); n > 0 {
 			rec.Current = w.instance(list[n-1])
+			rec.ResizeRestart = w.resizeKilled[list[n-1].ID]
 			if n > 1 {
 				rec.Previous = w.instance(list[n-2])
 			}
@@ -427,6 +454,7 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 		Pod: pod, Now: now, Config: w.m.cfg.Lifecycle, SandboxReady: w.sandboxReadyLocked(),
 		HostIP: w.m.cfg.HostIP, PodIP: w.podIPLocked(),
 		Containers: containers, Probes: probes, BackOff: backoff, Termination: term,
+		Resize: w.resizeSnapshotLocked(),
 	}
 }
 

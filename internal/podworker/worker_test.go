@@ -41,11 +41,22 @@ type fakeRuntime struct {
 	// runtime slow to answer).
 	statusFailures int
 	lastSandbox    runtime.SandboxSpec
+	// specs are the resources each instance was created with; updates the
+	// UpdateResources calls, in order; updateFailures of them fail first.
+	specs          map[string]runtime.Resources
+	updates        []resourceUpdate
+	updateFailures int
+	memoryUsage    int64 // every container's working set
+}
+
+type resourceUpdate struct {
+	id string
+	r  runtime.Resources
 }
 
 func newFakeRuntime() *fakeRuntime {
 	return &fakeRuntime{byID: map[string]runtime.Status{}, sandboxes: map[string]runtime.SandboxStatus{},
-		sandboxStops: map[string]int{}, events: make(chan runtime.Event, 100)}
+		sandboxStops: map[string]int{}, events: make(chan runtime.Event, 100), specs: map[string]runtime.Resources{}}
 }
 
 func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
@@ -121,6 +132,7 @@ func (f *fakeRuntime) Create(_ context.Context, s runtime.ContainerSpec) (string
 	f.next++
 	id := s.Name + "-" + string(rune('a'+f.next))
 	f.byID[id] = runtime.Status{ID: id, SandboxID: s.SandboxID, PodUID: s.PodUID, Name: s.Name, Attempt: s.Attempt, State: runtime.StateCreated, CreatedAt: time.Now()}
+	f.specs[id] = s.Resources
 	return id, nil
 }
 
@@ -176,7 +188,26 @@ func (f *fakeRuntime) Exec(context.Context, string, []string, io.Writer, io.Writ
 func (f *fakeRuntime) Events() <-chan runtime.Event { return f.events }
 
 func (f *fakeRuntime) Usage(context.Context, string) (runtime.Usage, error) {
-	return runtime.Usage{}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return runtime.Usage{MemoryWorkingSet: f.memoryUsage}, nil
+}
+
+func (f *fakeRuntime) UpdateResources(_ context.Context, id string, r runtime.Resources) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.updateFailures > 0 {
+		f.updateFailures--
+		return fmt.Errorf("update %s: device or resource busy: %w", id, runtime.ErrConflict)
+	}
+	f.updates = append(f.updates, resourceUpdate{id, r})
+	return nil
+}
+
+func (f *fakeRuntime) resourceUpdates() []resourceUpdate {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.updates)
 }
 
 // statusLog keeps the newest status written per pod.

@@ -68,6 +68,9 @@ type ContainerSpec struct {
 	Mounts []Mount `json:",omitempty"`
 	// Resources are the container's cgroup limits; zero values mean unlimited.
 	Resources Resources
+	// OOMScoreAdj is the oom_score_adj of the container's processes; 0:
+	// the runtime's. Honoured with Features.Limits.
+	OOMScoreAdj int `json:",omitempty"`
 	// User, when set, is who the container's processes run as; nil: the agent's user.
 	User *Credential `json:",omitempty"`
 	// Stdin keeps the main process's stdin open for attach; StdinOnce
@@ -247,6 +250,13 @@ type Runtime interface {
 	Events() <-chan Event
 	// Usage measures what a container uses now, for eviction.
 	Usage(ctx context.Context, id string) (Usage, error)
+	// UpdateResources changes the cgroup limits of an instance in place
+	// (in-place pod resize), without restarting it: a running instance's
+	// cgroups at once, a created one's when it starts. A zero field leaves
+	// that limit as it is (a limit is never removed in place). An exited
+	// instance is ErrConflict. On a runtime without Features.Limits it
+	// records the values and enforces nothing, as at Create.
+	UpdateResources(ctx context.Context, id string, r Resources) error
 }
 
 // Usage is what one container uses (CRI's ContainerStats); a measure the

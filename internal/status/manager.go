@@ -31,6 +31,8 @@ var OwnedConditions = map[v1.PodConditionType]bool{
 	v1.ContainersReady:           true,
 	v1.PodReady:                  true,
 	v1.AllContainersRestarting:   true,
+	v1.PodResizePending:          true,
+	v1.PodResizeInProgress:       true,
 }
 
 // sharedConditions are written by the agent and by others: the agent's

@@ -54,7 +54,7 @@ func containerConfig(in containerInput) (*runtimeapi.ContainerConfig, error) {
 		StdinOnce:  spec.StdinOnce,
 		Tty:        spec.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources:       linuxResources(spec.Resources),
+			Resources:       withOOMScoreAdj(linuxResources(spec.Resources), spec.OOMScoreAdj),
 			SecurityContext: containerSecurity(spec.Security, containerNamespaces(in.sandbox, spec.TargetID)),
 		},
 	}
@@ -194,6 +194,13 @@ func linuxResources(r runtime.Resources) *runtimeapi.LinuxContainerResources {
 		CpuPeriod:          r.CPUPeriodMicros,
 		CpuShares:          int64(r.CPUShares),
 	}
+}
+
+// withOOMScoreAdj sets the processes' oom_score_adj (at creation only:
+// an update leaves it).
+func withOOMScoreAdj(r *runtimeapi.LinuxContainerResources, adj int) *runtimeapi.LinuxContainerResources {
+	r.OomScoreAdj = int64(adj)
+	return r
 }
 
 // criSignal names sig as CRI's Signal enum does (alphabetical, not by

@@ -101,7 +101,9 @@ func createCgroups(parent []string, id string, res runtime.Resources) (cgroupSet
 // files of whichever cgroup version the directory belongs to.
 func (c cgroupSet) applyLimits(res runtime.Resources) error {
 	for _, d := range c.Dirs {
-		for _, w := range limitWrites(d, res, len(c.Dirs) == 1 && unified()) {
+		ws := limitWrites(d, res, len(c.Dirs) == 1 && unified())
+		swapFirstWhenGrowing(d, ws)
+		for _, w := range ws {
 			if err := os.WriteFile(filepath.Join(d, w.file), []byte(w.value), 0); err != nil {
 				if w.optional && errors.Is(err, os.ErrNotExist) {
 					continue
@@ -111,6 +113,27 @@ func (c cgroupSet) applyLimits(res runtime.Resources) error {
 		}
 	}
 	return nil
+}
+
+// swapFirstWhenGrowing puts, in ws, the v1 memory+swap limit before the
+// memory limit when the memory limit grows (an in-place resize): the kernel
+// refuses a memory limit above the memory+swap one (EINVAL), and a memsw
+// limit below the memory one.
+func swapFirstWhenGrowing(dir string, ws []cgroupWrite) {
+	for i := 0; i+1 < len(ws); i++ {
+		if ws[i].file != "memory.limit_in_bytes" || ws[i+1].file != "memory.memsw.limit_in_bytes" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, ws[i].file))
+		if err != nil {
+			return
+		}
+		cur, err1 := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		next, err2 := strconv.ParseInt(ws[i].value, 10, 64)
+		if err1 == nil && err2 == nil && next > cur {
+			ws[i], ws[i+1] = ws[i+1], ws[i]
+		}
+	}
 }
 
 type cgroupWrite struct {

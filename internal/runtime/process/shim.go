@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -208,6 +209,15 @@ func (s *shim) start(cfg instanceConfig) (*started, error) {
 		}
 		if err != nil {
 			s.log.Warn("no cgroup for the container: orphans are found through the process tree only", "err", err)
+		}
+	}
+	if root && cfg.Spec.OOMScoreAdj != 0 {
+		// The shim's own, inherited by the container's processes (and by
+		// what is exec'd in it), as runc gives them. Lowering it needs
+		// CAP_SYS_RESOURCE: without, the container keeps the agent's, as
+		// containerd's restrict_oom_score_adj raises it to its own.
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(cfg.Spec.OOMScoreAdj)), 0); err != nil {
+			s.log.Warn("oom_score_adj not set: the agent's is kept", "want", cfg.Spec.OOMScoreAdj, "err", err)
 		}
 	}
 	if cfg.Spec.User != nil {

@@ -3,17 +3,18 @@ package process
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/podvisor/podvisor/internal/durable"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // Layout of one instance directory, Root/<id>:
 //
-//	config.json       the spec and creation time; written once by Create
+//	config.json       the spec and creation time; written by Create, and by
+//	                  UpdateResources (the spec's resources only)
 //	state.json        state, pids, exit status; written by the shim while it
 //	                  lives, by the agent only when no shim can (create, lost shim)
 //	shim.json         pid and start time of the shim; written by the agent at Start
@@ -83,49 +84,14 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
+	return durable.WriteFile(path, append(b, '\n'))
 }
 
 // syncDir makes a rename or a new entry in dir durable: an exit or an attempt
 // once recorded must survive a crash of the machine, not only of the agent.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
 
-func readJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
-}
+func readJSON(path string, v any) error { return durable.ReadJSON(path, v) }
 
 // instanceDir is one container's directory.
 type instanceDir string

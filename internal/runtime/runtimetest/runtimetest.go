@@ -58,6 +58,7 @@ func Run(t *testing.T, h Harness) {
 		{"StopBeforeStartEndsTheContainer", testStopBeforeStart},
 		{"RemoveSandboxRemovesContainers", testRemoveSandbox},
 		{"UnknownIDsAreNotFound", testNotFound},
+		{"UpdateResourcesInPlace", testUpdateResources},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, h) })
