@@ -112,9 +112,11 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 			w.postStart[id] = true
 		}
-		if _, ok := w.resourcesLocked().Allocated[c.Name]; ok {
-			w.recordActuatedLocked(c.Name, id, c.Resources)
-		}
+		// No record of what the new instance runs with: it is made as
+		// allocated (pod is the allocated pod), which is what the core
+		// assumes of an instance without one, and handleResize records it
+		// before the allocation changes. (A synced file write here would
+		// cost every container start.)
 		w.mu.Unlock()
 		if st, err := rt.Status(ctx, id); err == nil {
 			w.observe(st)
