@@ -7,6 +7,7 @@ import (
 	"github.com/podvisor/podvisor/internal/agent"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/podvisor/podvisor/internal/up"
@@ -15,17 +16,32 @@ import (
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("podvisor agent", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: podvisor agent --server-data-dir DIR --node-name N --data-dir D [flags]
+		fmt.Fprint(fs.Output(), `Usage: podvisor agent --node-name N --data-dir D JOIN [flags]
 
-Runs one more node agent on this machine, joining the running 'podvisor up'
-whose data directory is DIR: a local join mode for testing multi-node
-behaviour (it issues its own certificates with the server's CA key).
+Runs a node agent that joins a cluster; JOIN is one of:
+  --server https://HOST:6443 --token T [--ca-cert-hash sha256:H]
+        the kubelet's TLS bootstrap: token discovery of the cluster CA (pinned
+        by its hash), a node client certificate from a CSR (renewed before it
+        expires) and a serving certificate from a kubelet-serving CSR; works
+        with 'podvisor server' ('podvisor token create --print-join-command')
+        and kubeadm-style clusters. Later starts need no token.
+  --kubeconfig FILE
+        credentials made elsewhere (the serving certificate still comes from a CSR)
+  --server-data-dir DIR
+        testing on one machine: joins the running 'podvisor up' whose data
+        directory is DIR, signing its own certificates with that CA key
 
 `)
 		fs.PrintDefaults()
 	}
 	var o up.AgentOptions
-	fs.StringVar(&o.ServerDataDir, "server-data-dir", "", "data directory of the running podvisor up to join")
+	var hashes string
+	fs.StringVar(&o.Server, "server", "", "API server to join, https://HOST:PORT")
+	fs.StringVar(&o.Token, "token", "", "bootstrap token, ID.SECRET ('podvisor token create')")
+	fs.StringVar(&hashes, "ca-cert-hash", "", "sha256:HEX pin(s) of the cluster CA's public key, comma-separated")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "join with this kubeconfig's credentials")
+	fs.StringVar(&o.NodeIP, "node-ip", "", "the node's address (default: the address of the default route's interface)")
+	fs.StringVar(&o.ServerDataDir, "server-data-dir", "", "data directory of a running podvisor up on this machine to join (testing)")
 	fs.StringVar(&o.DataDir, "data-dir", "", "this agent's own data directory (certificates, pods)")
 	fs.StringVar(&o.NodeName, "node-name", "", "name of the node")
 	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of this agent's API (must differ from the server's agent)")
@@ -42,6 +58,11 @@ behaviour (it issues its own certificates with the server's CA key).
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent takes no arguments, got %q", fs.Args())
+	}
+	for _, h := range strings.Split(hashes, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			o.CAHashes = append(o.CAHashes, h)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -10,7 +10,10 @@ const usage = `podvisor: a Kubernetes node in one binary.
 
 Usage:
   podvisor up [flags]        start the control plane and the node agent
-  podvisor agent [flags]     run a second node agent joining a local podvisor up (testing)
+  podvisor server [flags]    start the control plane alone, for nodes that join it
+  podvisor agent [flags]     run a node agent joining a cluster (--server with a --token,
+                             --kubeconfig, or a local podvisor up's --server-data-dir)
+  podvisor token create|list make a bootstrap token for 'podvisor agent --token', list them
   podvisor node shutdown|cancel|status
                              gracefully shut the node down (without systemd-logind), or cancel
   podvisor kubectl ARGS...   run kubectl against the local podvisor
@@ -36,6 +39,10 @@ func main() {
 		err = runUp(args)
 	case "agent":
 		err = runAgent(args)
+	case "server":
+		err = runServer(args)
+	case "token":
+		err = runToken(args)
 	case "node":
 		err = runNode(args)
 	case "kubectl":

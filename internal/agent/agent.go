@@ -6,6 +6,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -52,9 +53,15 @@ type Config struct {
 	DataDir    string
 	PKIDir     string
 	Kubeconfig string // the node's own credentials
-	Kubelet    config.Config
-	Runtime    RuntimeConfig
-	Log        *slog.Logger
+	// RESTConfig, when set, is used instead of Kubeconfig (a joined node's
+	// rotating client certificate).
+	RESTConfig *rest.Config
+	// ServingCertificate, when set, is the agent API's certificate (a
+	// joined node's, rotating) instead of PKIDir/agent-serving.*.
+	ServingCertificate func() *tls.Certificate
+	Kubelet            config.Config
+	Runtime            RuntimeConfig
+	Log                *slog.Logger
 }
 
 // Agent is a running node agent.
@@ -85,9 +92,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("agent kubeconfig: %w", err)
+	rc := cfg.RESTConfig
+	if rc != nil {
+		rc = rest.CopyConfig(rc)
+	} else {
+		var err error
+		if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
+			return nil, fmt.Errorf("agent kubeconfig: %w", err)
+		}
 	}
 	// Events get a client of their own so that a burst of them (two or three per
 	// container start) never delays a status write; the API server is local and
@@ -222,17 +234,18 @@ func New(cfg Config) (*Agent, error) {
 	})
 
 	a.api, err = agentapi.New(agentapi.Config{
-		Addr:         net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
-		CertFile:     filepath.Join(cfg.PKIDir, "agent-serving.crt"),
-		KeyFile:      filepath.Join(cfg.PKIDir, "agent-serving.key"),
-		ClientCAFile: filepath.Join(cfg.PKIDir, "ca.crt"),
-		Logs:         a.workers,
-		Pods:         a.workers.Pods,
-		Streams:      streams{Streamer: a.streams, runtime: a.runtime},
-		Metrics:      a.metrics,
-		Shutdown:     a.shutdown.Handler(),
-		Timeline:     a.timeline,
-		Log:          cfg.Log,
+		Addr:               net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
+		CertFile:           filepath.Join(cfg.PKIDir, "agent-serving.crt"),
+		KeyFile:            filepath.Join(cfg.PKIDir, "agent-serving.key"),
+		ServingCertificate: cfg.ServingCertificate,
+		ClientCAFile:       filepath.Join(cfg.PKIDir, "ca.crt"),
+		Logs:               a.workers,
+		Pods:               a.workers.Pods,
+		Streams:            streams{Streamer: a.streams, runtime: a.runtime},
+		Metrics:            a.metrics,
+		Shutdown:           a.shutdown.Handler(),
+		Timeline:           a.timeline,
+		Log:                cfg.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -29,15 +29,19 @@ const DefaultAddr = ":10250"
 
 // Config is what the server needs.
 type Config struct {
-	Addr         string // host:port; empty means DefaultAddr
-	CertFile     string // serving certificate (PEM), e.g. <pki>/agent-serving.crt
-	KeyFile      string // its key, e.g. <pki>/agent-serving.key
-	ClientCAFile string // CA that client certificates must chain to, e.g. <pki>/ca.crt
-	Logs         LogSource
-	Pods         func() []*v1.Pod     // optional: serves /pods; required with Streams
-	Streams      Streams              // optional: serves /exec, /attach, /portForward and /run
-	Metrics      *prometheus.Registry // optional: serves /metrics
-	Shutdown     http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
+	Addr     string // host:port; empty means DefaultAddr
+	CertFile string // serving certificate (PEM), e.g. <pki>/agent-serving.crt
+	KeyFile  string // its key, e.g. <pki>/agent-serving.key
+	// ServingCertificate, instead of CertFile and KeyFile, gives the
+	// current serving certificate at each handshake (a rotating one); nil
+	// while there is none yet (its CSR awaits approval).
+	ServingCertificate func() *tls.Certificate
+	ClientCAFile       string // CA that client certificates must chain to, e.g. <pki>/ca.crt
+	Logs               LogSource
+	Pods               func() []*v1.Pod     // optional: serves /pods; required with Streams
+	Streams            Streams              // optional: serves /exec, /attach, /portForward and /run
+	Metrics            *prometheus.Registry // optional: serves /metrics
+	Shutdown           http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
 	// Timeline, optional, serves /timeline/ (the pods that have one),
 	// /timeline/{namespace}/{pod} (a pod's lifecycle to the millisecond:
 	// JSON, or ?format=trace for Chrome's trace event format) and the page
@@ -72,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	switch {
-	case cfg.CertFile == "" || cfg.KeyFile == "":
+	case cfg.ServingCertificate == nil && (cfg.CertFile == "" || cfg.KeyFile == ""):
 		return nil, errors.New("agent API: serving certificate and key are required")
 	case cfg.ClientCAFile == "":
 		return nil, errors.New("agent API: client CA file is required")
@@ -81,9 +85,13 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Streams != nil && cfg.Pods == nil:
 		return nil, errors.New("agent API: streams need the pods to find containers in")
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("agent API: serving certificate: %w", err)
+	getCert := cfg.ServingCertificate
+	if getCert == nil {
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("agent API: serving certificate: %w", err)
+		}
+		getCert = func() *tls.Certificate { return &cert }
 	}
 	caPEM, err := os.ReadFile(cfg.ClientCAFile)
 	if err != nil {
@@ -94,10 +102,15 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("agent API: client CA: no certificate in %s", cfg.ClientCAFile)
 	}
 	return &Server{cfg: cfg, tls: &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cert},
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    pool,
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if c := getCert(); c != nil {
+				return c, nil
+			}
+			return nil, errors.New("no serving certificate yet: the node's kubelet-serving CSR awaits approval")
+		},
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs:  pool,
 	}}, nil
 }
 

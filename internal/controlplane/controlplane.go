@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -17,9 +18,12 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/podvisor/podvisor/internal/bootstrap"
 )
 
 // ServiceIP is the first address of the service range: the `kubernetes` service.
@@ -46,6 +50,14 @@ type Config struct {
 	// empty: DefaultClusterCIDR.
 	ClusterCIDR string
 	LogFile     string
+	// BindAddress is where the API server listens; empty: 127.0.0.1 (only
+	// this machine's agents). podvisor server binds a reachable one.
+	BindAddress string
+	// SANs are extra names and addresses of the API server's certificate.
+	SANs []string
+	// SigningDuration is the lifetime of the certificates the controller
+	// manager signs (node client and serving certificates); 0: a year.
+	SigningDuration time.Duration
 }
 
 // ControlPlane is a running control plane.
@@ -69,28 +81,58 @@ func PKIDir(dataDir string) string { return filepath.Join(dataDir, "pki") }
 func Prepare(cfg Config) error {
 	p := PKI{Dir: PKIDir(cfg.DataDir)}
 	var ips []net.IP
+	var dns []string
 	if cfg.HostIP != nil {
 		ips = append(ips, cfg.HostIP)
 	}
-	if err := p.Ensure(cfg.NodeName, ips); err != nil {
+	for _, s := range cfg.SANs {
+		if ip := net.ParseIP(s); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, s)
+		}
+	}
+	if err := p.Ensure(cfg.NodeName, ips, dns); err != nil {
 		return err
 	}
-	server := "https://127.0.0.1:" + strconv.Itoa(cfg.APIPort)
+	server := "https://" + net.JoinHostPort(localHost(cfg), strconv.Itoa(cfg.APIPort))
 	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "kubeconfigs"), 0o700); err != nil {
 		return err
 	}
 	// Rewritten at every start: the API port may differ from the last run.
-	for path, stem := range map[string]string{
+	kubeconfigs := map[string]string{
 		AdminKubeconfig(cfg.DataDir):                      "admin",
-		NodeKubeconfig(cfg.DataDir):                       "node",
 		kubeconfigPath(cfg.DataDir, "controller-manager"): "controller-manager",
 		kubeconfigPath(cfg.DataDir, "scheduler"):          "scheduler",
-	} {
+	}
+	if cfg.NodeName != "" {
+		kubeconfigs[NodeKubeconfig(cfg.DataDir)] = "node"
+	}
+	for path, stem := range kubeconfigs {
 		if err := p.writeKubeconfig(path, server, stem); err != nil {
 			return fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
 	}
 	return nil
+}
+
+// localHost is the address this machine's clients use for the API server.
+func localHost(cfg Config) string {
+	if ip := net.ParseIP(cfg.BindAddress); ip != nil && !ip.IsUnspecified() {
+		return ip.String()
+	}
+	return "127.0.0.1"
+}
+
+// PublicServer is the API server's address as joining nodes learn it from
+// cluster-info: the advertised address when the server listens beyond
+// loopback, else the loopback one.
+func PublicServer(cfg Config) string {
+	host := localHost(cfg)
+	if host == "127.0.0.1" && cfg.BindAddress != "" && cfg.HostIP != nil {
+		host = cfg.HostIP.String()
+	}
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(cfg.APIPort))
 }
 
 func kubeconfigPath(dataDir, name string) string {
@@ -124,6 +166,10 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err := cp.waitReady(ctx); err != nil {
 		cp.Stop()
 		return nil, err
+	}
+	if err := cp.prepareJoins(cctx); err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("join objects: %w", err)
 	}
 	run, err = runControllerManager(cctx, cp.controllerManagerArgs())
 	if err != nil {
@@ -207,7 +253,7 @@ func (cp *ControlPlane) apiserverArgs() []string {
 	p, c := cp.pki, cp.cfg
 	args := []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.EtcdClientPort),
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + cmp.Or(c.BindAddress, "127.0.0.1"),
 		"--secure-port=" + strconv.Itoa(c.APIPort),
 		"--client-ca-file=" + p.Path(caCert),
 		"--tls-cert-file=" + p.Path(apiserverCert),
@@ -224,7 +270,8 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--allow-privileged=true",
 		"--profiling=false",
-		"--enable-bootstrap-token-auth=false",
+		// Nodes join with bootstrap tokens (internal/bootstrap).
+		"--enable-bootstrap-token-auth=true",
 	}
 	if c.HostIP != nil {
 		args = append(args, "--advertise-address="+c.HostIP.String())
@@ -255,6 +302,13 @@ func (cp *ControlPlane) controllerManagerArgs() []string {
 		"--allocate-node-cidrs=true",
 		"--cluster-cidr=" + cmp.Or(c.ClusterCIDR, DefaultClusterCIDR),
 		"--node-cidr-mask-size=" + strconv.Itoa(nodeCIDRMaskSize),
+		// The bootstrap signer signs cluster-info with each token (token
+		// discovery) and the token cleaner deletes expired tokens; both are
+		// off by default, as kubeadm turns them on.
+		"--controllers=*,bootstrapsigner,tokencleaner",
+	}
+	if c.SigningDuration > 0 {
+		args = append(args, "--cluster-signing-duration="+c.SigningDuration.String())
 	}
 	if c.NodeMonitorGracePeriod > 0 {
 		args = append(args, "--node-monitor-grace-period="+c.NodeMonitorGracePeriod.String())
@@ -273,3 +327,32 @@ func (cp *ControlPlane) schedulerArgs() []string {
 		"--profiling=false",
 	}
 }
+
+// prepareJoins publishes cluster-info and the bootstrap bindings (nodes join
+// with tokens) and approves nodes' serving certificates.
+func (cp *ControlPlane) prepareJoins(ctx context.Context) error {
+	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(cp.cfg.DataDir))
+	if err != nil {
+		return err
+	}
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(cp.pki.Path(caCert))
+	if err != nil {
+		return err
+	}
+	if err := bootstrap.EnsureClusterObjects(ctx, c, PublicServer(cp.cfg), caPEM); err != nil {
+		return err
+	}
+	cp.wg.Add(1)
+	go func() {
+		defer cp.wg.Done()
+		bootstrap.RunServingApprover(ctx, c, slog.Default())
+	}()
+	return nil
+}
+
+// CAFile is the cluster CA's certificate.
+func CAFile(dataDir string) string { return PKI{Dir: PKIDir(dataDir)}.Path(caCert) }

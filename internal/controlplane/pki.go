@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -81,7 +82,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 // ensureLeaf creates the certificate named by spec unless it already exists.
 func (p PKI) ensureLeaf(ca *x509.Certificate, caSigner crypto.Signer, s certSpec) error {
 	crt, key := p.Path(s.name+".crt"), p.Path(s.name+".key")
-	if exists(crt) && exists(key) {
+	if exists(crt) && exists(key) && coversNames(crt, s) {
 		return nil
 	}
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -106,9 +107,38 @@ func (p PKI) ensureLeaf(ca *x509.Certificate, caSigner crypto.Signer, s certSpec
 	return writePair(crt, key, der, k)
 }
 
+// coversNames reports whether the certificate at path names every address
+// and DNS name spec asks for (a server given a new --tls-san or address
+// gets a new serving certificate; other certificates are kept).
+func coversNames(path string, s certSpec) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return false
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return false
+	}
+	for _, ip := range s.ips {
+		if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
+			return false
+		}
+	}
+	for _, n := range s.dns {
+		if !slices.Contains(c.DNSNames, n) {
+			return false
+		}
+	}
+	return true
+}
+
 // Ensure creates every key and certificate the control plane and the agent need.
 // hostIPs and hostNames are added to the serving certificates.
-func (p PKI) Ensure(nodeName string, hostIPs []net.IP) error {
+func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error {
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return err
 	}
@@ -121,13 +151,16 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP) error {
 	ips := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ServiceIP)}, hostIPs...)
 	specs := []certSpec{
 		{name: "apiserver", cn: "kube-apiserver", usages: server, ips: ips,
-			dns: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}},
+			dns: append([]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, hostNames...)},
 		{name: "apiserver-kubelet-client", cn: "kube-apiserver-kubelet-client", orgs: []string{"system:masters"}, usages: client},
 		{name: "admin", cn: "admin", orgs: []string{"system:masters"}, usages: client},
 		{name: "controller-manager", cn: "system:kube-controller-manager", usages: client},
 		{name: "scheduler", cn: "system:kube-scheduler", usages: client},
-		{name: "node", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}, usages: client},
-		{name: "agent-serving", cn: nodeName, usages: server, ips: ips, dns: []string{"localhost", nodeName}},
+	}
+	if nodeName != "" { // podvisor server runs no node agent
+		specs = append(specs,
+			certSpec{name: "node", cn: "system:node:" + nodeName, orgs: []string{"system:nodes"}, usages: client},
+			certSpec{name: "agent-serving", cn: nodeName, usages: server, ips: ips, dns: []string{"localhost", nodeName}})
 	}
 	for _, s := range specs {
 		if err := p.ensureLeaf(ca, signer, s); err != nil {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/podvisor/podvisor/internal/agent"
 	"github.com/podvisor/podvisor/internal/config"
 	"github.com/podvisor/podvisor/internal/controlplane"
@@ -17,14 +19,21 @@ import (
 	"github.com/podvisor/podvisor/internal/node"
 )
 
-// AgentOptions are the flags of `podvisor agent`: a second node agent on this
-// machine joining a running `podvisor up`. It is a local, testing join mode
-// (it signs its own certificates with the server's CA key); joining from
-// another machine with a kubeconfig is not implemented yet.
+// AgentOptions are the flags of `podvisor agent`: a node agent joining a
+// cluster. It joins in one of three ways: with a bootstrap token (Server,
+// Token, CAHashes: the kubelet's TLS bootstrap, from any machine, to any
+// cluster that takes bootstrap tokens), with a kubeconfig made elsewhere
+// (Kubeconfig), or, for tests on one machine, by signing its own
+// certificates with a local `podvisor up`'s CA key (ServerDataDir).
 type AgentOptions struct {
-	ServerDataDir string // data dir of the running podvisor up
-	DataDir       string // this agent's own data dir
+	Server        string   // https://HOST:PORT of the API server
+	Token         string   // bootstrap token, ID.SECRET
+	CAHashes      []string // sha256:… pins of the cluster CA
+	Kubeconfig    string   // credentials made elsewhere
+	ServerDataDir string   // data dir of a running podvisor up on this machine
+	DataDir       string   // this agent's own data dir
 	NodeName      string
+	NodeIP        string // the node's address; default: the default route's interface's
 	AgentPort     int
 	ConfigFile    string
 	Verbose       bool
@@ -33,11 +42,20 @@ type AgentOptions struct {
 	Runtime                  agent.RuntimeConfig
 }
 
-// RunAgent issues the agent's credentials, starts it and blocks until ctx
-// ends. The ready line goes to stdout once the node is registered.
+// RunAgent joins, starts the agent and blocks until ctx ends. The ready line
+// goes to stdout once the node is Ready.
 func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) error {
-	if o.ServerDataDir == "" || o.NodeName == "" || o.DataDir == "" {
-		return errors.New("agent: --server-data-dir, --node-name and --data-dir are required")
+	modes := 0
+	for _, set := range []bool{o.Server != "", o.Kubeconfig != "", o.ServerDataDir != ""} {
+		if set {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return errors.New("agent: give one of --server (with --token), --kubeconfig or --server-data-dir")
+	}
+	if o.NodeName == "" || o.DataDir == "" {
+		return errors.New("agent: --node-name and --data-dir are required")
 	}
 	kc, ignored, err := config.Load(o.ConfigFile)
 	if err != nil {
@@ -46,19 +64,27 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
-	server, err := filepath.Abs(o.ServerDataDir)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(datadir.AdminKubeconfig(server)); err != nil {
-		return fmt.Errorf("--server-data-dir %s: no admin.kubeconfig: is it the data dir of a podvisor up?", server)
-	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return err
 	}
-	if dir == server {
-		return errors.New("agent: --data-dir must differ from --server-data-dir")
+	var server string
+	if o.ServerDataDir != "" {
+		if server, err = filepath.Abs(o.ServerDataDir); err != nil {
+			return err
+		}
+		if _, err := os.Stat(datadir.AdminKubeconfig(server)); err != nil {
+			return fmt.Errorf("--server-data-dir %s: no admin.kubeconfig: is it the data dir of a podvisor up?", server)
+		}
+		if dir == server {
+			return errors.New("agent: --data-dir must differ from --server-data-dir")
+		}
+	}
+	hostIP := node.HostIP()
+	if o.NodeIP != "" {
+		if hostIP = net.ParseIP(o.NodeIP); hostIP == nil {
+			return fmt.Errorf("--node-ip %q is not an IP address", o.NodeIP)
+		}
 	}
 	st, err := claimDataDir(dir, o.NodeName)
 	if err != nil {
@@ -75,19 +101,38 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		return err
 	}
 	defer closeLog()
-	hostIP := node.HostIP()
 	var ips []net.IP
 	if hostIP != nil {
 		ips = append(ips, hostIP)
 	}
-	pki := filepath.Join(dir, "pki")
-	kubeconfig := filepath.Join(dir, "node.kubeconfig")
-	if err := controlplane.JoinLocal(server, pki, kubeconfig, o.NodeName, ips); err != nil {
-		return fmt.Errorf("agent credentials: %w", err)
+	var creds credentials
+	switch {
+	case o.ServerDataDir != "":
+		pki := filepath.Join(dir, "pki")
+		kubeconfig := filepath.Join(dir, "node.kubeconfig")
+		if err := controlplane.JoinLocal(server, pki, kubeconfig, o.NodeName, ips); err != nil {
+			return fmt.Errorf("agent credentials: %w", err)
+		}
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return err
+		}
+		creds = credentials{rest: rc, pkiDir: pki, server: server}
+	case o.Server != "":
+		if creds, err = joinWithToken(ctx, o, dir, ips, stderr); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	default:
+		if creds, err = joinWithKubeconfig(ctx, o, dir, ips); err != nil {
+			return err
+		}
 	}
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
-		Kubeconfig: kubeconfig, PKIDir: pki, Kubelet: kc, Log: log,
+		RESTConfig: creds.rest, PKIDir: creds.pkiDir, ServingCertificate: creds.serving, Kubelet: kc, Log: log,
 		Runtime: runtimeConfig(o.Runtime, kc),
 	})
 	if err != nil {
@@ -99,14 +144,14 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		}
 		return fmt.Errorf("agent: %w", err)
 	}
-	if err := waitNodeReady(ctx, datadir.AdminKubeconfig(server), o.NodeName); err != nil {
+	if err := waitNodeReady(ctx, creds.rest, o.NodeName, false); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
 	fmt.Fprintf(stdout, "podvisor agent is ready: node %s\n", o.NodeName)
-	log.Info("podvisor agent is ready", "node", o.NodeName, "server", server)
+	log.Info("podvisor agent is ready", "node", o.NodeName, "server", creds.server)
 	<-ctx.Done()
 	log.Info("stopping")
 	return nil

@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -75,17 +76,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
 		return err
 	}
-	if o.EtcdClientPort != 0 || o.EtcdPeerPort != 0 {
-		if o.EtcdClientPort == 0 || o.EtcdPeerPort == 0 {
-			return fmt.Errorf("--etcd-client-port and --etcd-peer-port go together")
-		}
-		st.EtcdClientPort, st.EtcdPeerPort = o.EtcdClientPort, o.EtcdPeerPort
-	}
-	if err := pickEtcdPorts(&st, dir); err != nil {
+	if err := saveWithEtcdPorts(&st, dir, o.EtcdClientPort, o.EtcdPeerPort); err != nil {
 		return err
-	}
-	if err := datadir.Save(dir, st); err != nil {
-		return fmt.Errorf("data dir %s: %w", dir, err)
 	}
 	log, logFile, closeLog, err := startLogging(dir, o.Verbose, stderr, o.ConfigFile, ignored)
 	if err != nil {
@@ -118,7 +110,11 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := ag.Start(actx); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
-	if err := waitNodeReady(ctx, datadir.AdminKubeconfig(dir), o.NodeName); err != nil {
+	adminCfg, err := clientcmd.BuildConfigFromFlags("", datadir.AdminKubeconfig(dir))
+	if err != nil {
+		return err
+	}
+	if err := waitNodeReady(ctx, adminCfg, o.NodeName, true); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -157,6 +153,24 @@ func checkPort(host string, port int, flag string) error {
 		return fmt.Errorf("port %d (%s): %v", port, flag, err)
 	}
 	return l.Close()
+}
+
+// saveWithEtcdPorts records etcd's ports (the flags', else as before, else
+// picked) in the data dir's state.
+func saveWithEtcdPorts(st *datadir.State, dir string, client, peer int) error {
+	if client != 0 || peer != 0 {
+		if client == 0 || peer == 0 {
+			return fmt.Errorf("--etcd-client-port and --etcd-peer-port go together")
+		}
+		st.EtcdClientPort, st.EtcdPeerPort = client, peer
+	}
+	if err := pickEtcdPorts(st, dir); err != nil {
+		return err
+	}
+	if err := datadir.Save(dir, *st); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return nil
 }
 
 // pickEtcdPorts keeps the ports of an earlier run, else prefers etcd's usual
@@ -209,11 +223,9 @@ func setupLogging(path string, verbose bool, stderr io.Writer) (*slog.Logger, fu
 	return log, func() { klog.Flush(); f.Close() }, nil
 }
 
-func waitNodeReady(ctx context.Context, kubeconfig, name string) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
+// waitNodeReady waits for the node to be Ready and, with withSA (an admin's
+// rc), for the default service account.
+func waitNodeReady(ctx context.Context, rc *rest.Config, name string, withSA bool) error {
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
@@ -221,6 +233,9 @@ func waitNodeReady(ctx context.Context, kubeconfig, name string) error {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil && nodeIsReady(n) && !withSA {
+			return nil
+		}
 		if err == nil && nodeIsReady(n) {
 			// The first thing a user does is create a pod in "default": that
 			// needs the service account the controller manager makes.
