@@ -143,5 +143,18 @@ func startServing(ctx context.Context, nodeName string, ips []net.IP, pki string
 	}
 	mgr.Start()
 	go func() { <-ctx.Done(); mgr.Stop() }()
-	return mgr.Current, nil
+	// Until the CSR is approved, a self-signed certificate, as a kubelet
+	// without serverTLSBootstrap serves: an API server that verifies node
+	// certificates (podvisor server does) refuses it, one that does not
+	// (kubeadm's default) can use the node at once.
+	selfSigned, err := join.SelfSigned(nodeName, ips, names)
+	if err != nil {
+		return nil, err
+	}
+	return func() *tls.Certificate {
+		if c := mgr.Current(); c != nil {
+			return c
+		}
+		return selfSigned
+	}, nil
 }
