@@ -106,6 +106,8 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 		t.Skip("runtime-independent; runs in the process-runtime e2e run")
 	}
 	serverDir, agentDir := t.TempDir(), t.TempDir()
+	// Containers outlive their agent by design: kill them once it stopped.
+	t.Cleanup(func() { killLeftovers(agentDir) })
 	api := freePort(t)
 	startDaemon(t, nil, "podvisor server is ready", "server", "--data-dir", serverDir, "--api-port", fmt.Sprint(api),
 		"--bind-address", "127.0.0.1", "--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
