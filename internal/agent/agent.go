@@ -245,7 +245,9 @@ func New(cfg Config) (*Agent, error) {
 		Metrics:            a.metrics,
 		Shutdown:           a.shutdown.Handler(),
 		Timeline:           a.timeline,
-		Log:                cfg.Log,
+		// Other users, as the kubelet's webhook authorization: RBAC on nodes/proxy, nodes/log…
+		Authorizer: &agentapi.SubjectAccessReviews{Client: client, NodeName: cfg.NodeName},
+		Log:        cfg.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -48,7 +48,10 @@ type Config struct {
 	// at /timeline-ui/.
 	Timeline Timelines
 	Clock    clock.Clock // optional: "now" for sinceSeconds
-	Log      *slog.Logger
+	// Authorizer, optional, decides for identities other than the API
+	// server's and system:masters (refused without one).
+	Authorizer Authorizer
+	Log        *slog.Logger
 }
 
 // Timelines is what the agent keeps of its pods' lifecycles (timeline.Recorder).

@@ -3,9 +3,18 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +24,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -120,7 +130,8 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 	if len(join) != 8 || join[1] != "agent" || join[2] != "--server" || join[3] != fmt.Sprintf("https://127.0.0.1:%d", api) {
 		t.Fatalf("join command %q", stdout)
 	}
-	agentArgs := append(join[1:], "--node-name", "joined", "--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
+	agentPort := freePort(t)
+	agentArgs := append(join[1:], "--node-name", "joined", "--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(agentPort))
 	agent := startDaemon(t, nil, "podvisor agent is ready: node joined", agentArgs...)
 
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(serverDir, "admin.kubeconfig"))
@@ -138,6 +149,10 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 		return err == nil, err
 	})
 	serving0 := leafSerial(t, filepath.Join(pki, "kubelet-server-current.pem"))
+
+	// Users other than the API server are authorized as by the kubelet's
+	// webhook mode: RBAC on nodes/<subresource>.
+	checkAgentAPIAuthorization(t, admin, serverDir, agentPort)
 
 	// The bootstrap CSR came from the token's user and was approved by the
 	// controller manager; the serving one from the node, approved by the server.
@@ -196,4 +211,86 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 	agent.Stop()
 	startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--server", join[3], "--node-name", "joined",
 		"--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
+}
+
+// checkAgentAPIAuthorization calls the agent API of node "joined" directly
+// as two users with certificates of the cluster CA: one RBAC lets get
+// nodes/proxy, one it does not.
+func checkAgentAPIAuthorization(t *testing.T, admin kubernetes.Interface, serverDir string, agentPort int) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "node-proxy-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy"}, Verbs: []string{"get"}}}}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "viewer-node-proxy"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "viewer"}}}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(serverDir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	// The serving certificate names the node's address, as the API server reaches it.
+	n, err := admin.CoreV1().Nodes().Get(ctx, "joined", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := ""
+	for _, a := range n.Status.Addresses {
+		if a.Type == v1.NodeInternalIP {
+			host = a.Address
+		}
+	}
+	url := fmt.Sprintf("https://%s/pods", net.JoinHostPort(host, fmt.Sprint(agentPort)))
+	for _, tt := range []struct {
+		user     string
+		wantCode int
+		wantBody string
+	}{
+		{"viewer", http.StatusOK, `"kind":"PodList"`},
+		{"stranger", http.StatusForbidden, "Forbidden (user=stranger, verb=get, resource=nodes, subresource=proxy)"},
+	} {
+		cert := issueClientCert(t, serverDir, tt.user)
+		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.user, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tt.wantCode || !strings.Contains(string(body), tt.wantBody) {
+			t.Errorf("%s: GET /pods: %d %.200q, want %d with %q", tt.user, resp.StatusCode, body, tt.wantCode, tt.wantBody)
+		}
+	}
+}
+
+// issueClientCert signs a client certificate for user with the server's CA key.
+func issueClientCert(t *testing.T, serverDir, user string) tls.Certificate {
+	t.Helper()
+	ca, err := tls.LoadX509KeyPair(filepath.Join(serverDir, "pki", "ca.crt"), filepath.Join(serverDir, "pki", "ca.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: user},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), ca.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
