@@ -37,7 +37,7 @@ type Cluster struct {
 
 // signatureWait bounds how long discovery waits for the controller manager's
 // bootstrap signer to sign cluster-info with a token created moments ago.
-var signatureWait = 15 * time.Second
+var signatureWait = 5 * time.Second
 
 // Discover reads cluster-info from server without trusting it, checks that
 // it is signed with tok (so the server knows the token), that its CA matches
