@@ -1,0 +1,379 @@
+package e2e
+
+// A lab of machines on one LAN, on this one machine: a Linux bridge in the
+// root network namespace with the first address of a private /24, and one
+// network namespace per machine, plugged into the bridge by a veth, with its
+// own address and a default route through the bridge (podvisor takes the
+// node's IP from the default route's interface: internal/node/hostip.go).
+// `podvisor server` runs in the root namespace, bound on the bridge address;
+// each `podvisor agent` runs in a machine's namespace through
+// `ip netns exec`, which execs podvisor: the pid the test holds is
+// podvisor's, so SIGTERM reaches it.
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/test/images"
+)
+
+// netLab is the bridge and the machines' namespaces.
+type netLab struct {
+	t       *testing.T
+	id      string // 4 hex digits in every name the lab makes
+	bridge  string
+	prefix  netip.Prefix
+	gateway netip.Addr // the bridge's address: the server's
+	hosts   []labHost
+	// netnsBefore: /run/netns entries before the lab, so that clean-up can
+	// tell the pod namespaces the agents' containerds left from others'.
+	netnsBefore map[string]bool
+}
+
+// labHost is one machine: a network namespace with one address.
+type labHost struct {
+	NS   string
+	veth string // the root namespace's end, a port of the bridge
+	Addr netip.Addr
+}
+
+// newNetLab makes the bridge and n machines; t.Cleanup removes them all and
+// fails the test if any is left.
+func newNetLab(t *testing.T, n int) *netLab {
+	t.Helper()
+	l := &netLab{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), netnsBefore: netnsEntries()}
+	l.bridge = "pvlab" + l.id
+	prefix, err := unusedPrefix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.prefix, l.gateway = prefix, prefix.Addr().Next()
+	t.Cleanup(l.remove)
+	l.ip("link", "add", l.bridge, "type", "bridge")
+	l.ip("addr", "add", netip.PrefixFrom(l.gateway, 24).String(), "dev", l.bridge)
+	l.ip("link", "set", l.bridge, "up")
+	// Bridged frames pass through iptables' FORWARD chain when br_netfilter
+	// is loaded: let the bridge's own traffic through whatever the policy.
+	l.run("iptables", append([]string{"-w", "-I"}, l.forwardRule()...)...)
+	addr := l.gateway
+	for i := range n {
+		addr = addr.Next()
+		h := labHost{NS: fmt.Sprintf("pvlab%s-m%d", l.id, i+1), veth: fmt.Sprintf("pvlab%sv%d", l.id, i+1), Addr: addr}
+		peer := fmt.Sprintf("pvlab%sp%d", l.id, i+1)
+		l.hosts = append(l.hosts, h)
+		l.ip("netns", "add", h.NS)
+		l.ip("link", "add", h.veth, "type", "veth", "peer", "name", peer)
+		l.ip("link", "set", peer, "netns", h.NS)
+		l.ip("link", "set", h.veth, "master", l.bridge, "up")
+		l.ip("-n", h.NS, "link", "set", peer, "name", "eth0")
+		l.ip("-n", h.NS, "addr", "add", netip.PrefixFrom(h.Addr, 24).String(), "dev", "eth0")
+		l.ip("-n", h.NS, "link", "set", "eth0", "up")
+		l.ip("-n", h.NS, "link", "set", "lo", "up")
+		l.ip("-n", h.NS, "route", "add", "default", "via", l.gateway.String())
+		// Pods' traffic to other nodes is routed through the machine.
+		l.run("ip", "netns", "exec", h.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	}
+	return l
+}
+
+func (l *netLab) forwardRule() []string {
+	return []string{"FORWARD", "-i", l.bridge, "-o", l.bridge, "-m", "comment", "--comment", "podvisor e2e lab " + l.id, "-j", "ACCEPT"}
+}
+
+func (l *netLab) ip(args ...string) { l.t.Helper(); l.run("ip", args...) }
+
+func (l *netLab) run(name string, args ...string) {
+	l.t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		l.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// exec runs a command in machine i's namespace to completion.
+func (l *netLab) exec(i int, name string, args ...string) (string, error) {
+	out, err := exec.Command("ip", append([]string{"netns", "exec", l.hosts[i].NS, name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// remove deletes the namespaces (their ends of the veths go with them, and
+// with those the bridge's ends), the bridge and the FORWARD rule, then
+// checks nothing of the lab is left.
+func (l *netLab) remove() {
+	for _, h := range l.hosts {
+		_ = exec.Command("ip", "netns", "del", h.NS).Run()
+		_ = exec.Command("ip", "link", "del", h.veth).Run()
+	}
+	_ = exec.Command("ip", "link", "del", l.bridge).Run()
+	for exec.Command("iptables", append([]string{"-w", "-D"}, l.forwardRule()...)...).Run() == nil {
+	}
+	// The agents' containerds ran in mount namespaces of their own (ip netns
+	// exec makes one): the pod sandboxes' /run/netns files they made are
+	// plain files here, not mount points, once those are gone.
+	mounted := map[string]bool{}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 4 {
+				mounted[f[4]] = true
+			}
+		}
+	}
+	for name := range netnsEntries() {
+		if p := "/run/netns/" + name; !l.netnsBefore[name] && strings.HasPrefix(name, "cni-") && !mounted[p] {
+			l.t.Logf("lab clean-up: removing %s, a pod namespace file left by an agent", p)
+			_ = os.Remove(p)
+		}
+	}
+	if out, _ := exec.Command("ip", "-o", "link").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
+		l.t.Errorf("lab clean-up left links:\n%s", grepLines(string(out), "pvlab"+l.id))
+	}
+	if out, _ := exec.Command("ip", "netns", "list").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
+		l.t.Errorf("lab clean-up left namespaces:\n%s", grepLines(string(out), "pvlab"+l.id))
+	}
+	if out, _ := exec.Command("iptables", "-w", "-S", "FORWARD").CombinedOutput(); strings.Contains(string(out), "podvisor e2e lab "+l.id) {
+		l.t.Errorf("lab clean-up left a FORWARD rule:\n%s", grepLines(string(out), l.id))
+	}
+}
+
+func netnsEntries() map[string]bool {
+	m := map[string]bool{}
+	entries, _ := os.ReadDir("/run/netns")
+	for _, e := range entries {
+		m[e.Name()] = true
+	}
+	return m
+}
+
+// unusedPrefix picks a 10.99.X.0/24 that no address or route of the root
+// namespace overlaps.
+func unusedPrefix() (netip.Prefix, error) {
+	var taken []netip.Prefix
+	for _, args := range [][]string{{"-4", "-o", "addr"}, {"-4", "route", "show", "table", "all"}} {
+		out, err := exec.Command("ip", args...).Output()
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("ip %s: %w", strings.Join(args, " "), err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if p, err := netip.ParsePrefix(f); err == nil {
+				taken = append(taken, p)
+			} else if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
+				taken = append(taken, netip.PrefixFrom(a, 32))
+			}
+		}
+	}
+	start := rand.IntN(256)
+	for i := range 256 {
+		p := netip.MustParsePrefix(fmt.Sprintf("10.99.%d.0/24", (start+i)%256))
+		free := true
+		for _, t := range taken {
+			if t.Bits() > 0 && t.Overlaps(p) {
+				free = false
+				break
+			}
+		}
+		if free {
+			return p, nil
+		}
+	}
+	return netip.Prefix{}, fmt.Errorf("no free /24 in 10.99.0.0/16")
+}
+
+// labDaemon is a podvisor server or agent running until the test stops it.
+type labDaemon struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	stderr  *syncBuffer
+	exited  chan struct{}
+	exitErr error
+}
+
+// startLabDaemon starts cmd and waits for its first stdout line to be ready.
+// On failure it reports stderr; later stdout lines go to the test log.
+func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, timeout time.Duration) *labDaemon {
+	t.Helper()
+	d := &labDaemon{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = d.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := scanLines(out)
+	go func() { d.exitErr = cmd.Wait(); close(d.exited) }()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		_ = cmd.Process.Kill()
+		<-d.exited
+		t.Fatalf(format, args...)
+	}
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			<-d.exited
+			t.Fatalf("%s exited before ready: %v\nstderr:\n%s", name, d.exitErr, d.stderr)
+		}
+		if line != ready {
+			fail("%s: first stdout line = %q, want %q\nstderr:\n%s", name, line, ready, d.stderr)
+		}
+	case <-time.After(timeout):
+		fail("%s not ready after %v; stderr:\n%s", name, timeout, d.stderr)
+	}
+	t.Logf("%s ready in %v", name, time.Since(started).Round(time.Millisecond))
+	go func() {
+		for line := range lines {
+			t.Logf("%s: unexpected stdout line: %q", name, line)
+		}
+	}()
+	return d
+}
+
+// Stop sends SIGTERM and waits for the exit (SIGKILL after 60 s: an error).
+func (d *labDaemon) Stop() {
+	if d == nil || d.cmd.Process == nil {
+		return
+	}
+	if terminate(d.cmd, d.exited) {
+		d.t.Errorf("%s did not stop within 60s of SIGTERM", d.name)
+	}
+}
+
+func (d *labDaemon) Running() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// labServer starts `podvisor server` in the root namespace, serving on the
+// bridge address; its clean-up stops it.
+func (l *netLab) startServer(t *testing.T, dataDir, clusterCIDR string, extra ...string) *labDaemon {
+	t.Helper()
+	args := append([]string{"server", "--data-dir", dataDir, "--api-port", fmt.Sprint(freePort(t)),
+		"--bind-address", "0.0.0.0", "--advertise-address", l.gateway.String(),
+		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
+		"--cluster-cidr", clusterCIDR}, extra...)
+	var d *labDaemon
+	t.Cleanup(func() {
+		d.Stop()
+		killLeftovers(dataDir)
+	})
+	d = startLabDaemon(t, "podvisor server", exec.Command(binary, args...),
+		"podvisor server is ready: export KUBECONFIG="+filepath.Join(dataDir, "admin.kubeconfig"), 3*time.Minute)
+	return d
+}
+
+// labAgent is a `podvisor agent` in one machine's namespace.
+type labAgent struct {
+	*labDaemon
+	Node    string
+	DataDir string
+	host    labHost
+}
+
+// agentCommand is `podvisor agent ARGS` in machine i's namespace.
+func (l *netLab) agentCommand(i int, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", l.hosts[i].NS, binary, "agent"}, args...)...)
+}
+
+// startAgent starts `podvisor agent` in machine i's namespace with the
+// busybox test image in its images/ folder (imported at every start) and
+// waits for its ready line. Its clean-up removes its pods, containerd state
+// and processes, whether it still runs or not.
+func (l *netLab) startAgent(t *testing.T, i int, node, dataDir string, args ...string) *labAgent {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(dataDir, "images"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A copy, not a symlink: ImportDir imports regular files only.
+	if err := copyFile(images.Build(t, "busybox"), filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	a := &labAgent{Node: node, DataDir: dataDir, host: l.hosts[i]}
+	t.Cleanup(func() { l.removeAgent(a) })
+	args = append([]string{"--node-name", node, "--data-dir", dataDir}, args...)
+	a.labDaemon = startLabDaemon(t, "agent "+node, l.agentCommand(i, args...), "podvisor agent is ready: node "+node, 3*time.Minute)
+	return a
+}
+
+// removeAgent removes what an agent leaves: through its containerd while it
+// runs (as the harness does), else through `podvisor reset` in the mount and
+// network namespaces its pods' shims still live in (the pod sandboxes'
+// network namespace files are mounts there only).
+func (l *netLab) removeAgent(a *labAgent) {
+	if a.labDaemon != nil && a.Running() {
+		purgeContainerd(l.t.Logf, a.DataDir)
+		a.Stop()
+	}
+	paths, err := containerd.PathsFor(a.DataDir)
+	if err == nil {
+		reset := []string{"-n", "--", binary, "reset", "--data-dir", a.DataDir}
+		var cmd *exec.Cmd
+		if pid := processWhoseCmdline(paths.State + "/"); pid != 0 {
+			cmd = exec.Command("nsenter", append([]string{"-t", fmt.Sprint(pid), "-m"}, reset...)...)
+		} else {
+			cmd = exec.Command("ip", "netns", "exec", a.host.NS, binary, "reset", "--data-dir", a.DataDir)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			l.t.Logf("agent %s clean-up: %s: %v\n%s", a.Node, strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+	killLeftovers(a.DataDir)
+	removeContainerdState(a.DataDir)
+	if pid := processWhoseCmdline(a.DataDir); pid != 0 {
+		l.t.Errorf("agent %s clean-up left process %d", a.Node, pid)
+	}
+}
+
+// processWhoseCmdline is a live process other than this one whose command
+// line contains sub, or 0.
+func processWhoseCmdline(sub string) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmd), sub) {
+			continue
+		}
+		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := strings.LastIndexByte(string(st), ')'); i > 0 && len(st) > i+2 && st[i+2] == 'Z' {
+				continue
+			}
+		}
+		return pid
+	}
+	return 0
+}
+
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
