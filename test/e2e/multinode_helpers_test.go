@@ -11,6 +11,7 @@ package e2e
 // podvisor's, so SIGTERM reaches it.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,39 +198,38 @@ type labDaemon struct {
 	exitErr error
 }
 
-// startLabDaemon starts cmd and waits for its first stdout line to be ready.
-// On failure it reports stderr; later stdout lines go to the test log.
-func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, timeout time.Duration) *labDaemon {
-	t.Helper()
+// startLabDaemon starts cmd and waits for its first stdout line to be ready;
+// when it is not, it kills the process and says why, with its stderr.
+// Later stdout lines go to the test log. Safe to call from any goroutine.
+func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, timeout time.Duration) (*labDaemon, error) {
 	d := &labDaemon{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	started := time.Now()
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	lines := scanLines(out)
 	go func() { d.exitErr = cmd.Wait(); close(d.exited) }()
-	fail := func(format string, args ...any) {
-		t.Helper()
+	fail := func(format string, args ...any) (*labDaemon, error) {
 		_ = cmd.Process.Kill()
 		<-d.exited
-		t.Fatalf(format, args...)
+		return nil, fmt.Errorf(format, args...)
 	}
 	select {
 	case line, ok := <-lines:
 		if !ok {
 			<-d.exited
-			t.Fatalf("%s exited before ready: %v\nstderr:\n%s", name, d.exitErr, d.stderr)
+			return nil, fmt.Errorf("%s exited before ready: %v\nstderr:\n%s", name, d.exitErr, d.stderr)
 		}
 		if line != ready {
-			fail("%s: first stdout line = %q, want %q\nstderr:\n%s", name, line, ready, d.stderr)
+			return fail("%s: first stdout line = %q, want %q\nstderr:\n%s", name, line, ready, d.stderr)
 		}
 	case <-time.After(timeout):
-		fail("%s not ready after %v; stderr:\n%s", name, timeout, d.stderr)
+		return fail("%s not ready after %v; stderr:\n%s", name, timeout, d.stderr)
 	}
 	t.Logf("%s ready in %v", name, time.Since(started).Round(time.Millisecond))
 	go func() {
@@ -236,7 +237,7 @@ func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, time
 			t.Logf("%s: unexpected stdout line: %q", name, line)
 		}
 	}()
-	return d
+	return d, nil
 }
 
 // Stop sends SIGTERM and waits for the exit (SIGKILL after 60 s: an error).
@@ -271,8 +272,11 @@ func (l *netLab) startServer(t *testing.T, dataDir, clusterCIDR string, extra ..
 		d.Stop()
 		killLeftovers(dataDir)
 	})
-	d = startLabDaemon(t, "podvisor server", exec.Command(binary, args...),
+	d, err := startLabDaemon(t, "podvisor server", exec.Command(binary, args...),
 		"podvisor server is ready: export KUBECONFIG="+filepath.Join(dataDir, "admin.kubeconfig"), 3*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return d
 }
 
@@ -289,24 +293,38 @@ func (l *netLab) agentCommand(i int, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", l.hosts[i].NS, binary, "agent"}, args...)...)
 }
 
-// startAgent starts `podvisor agent` in machine i's namespace with the
-// busybox test image in its images/ folder (imported at every start) and
-// waits for its ready line. Its clean-up removes its pods, containerd state
-// and processes, whether it still runs or not.
-func (l *netLab) startAgent(t *testing.T, i int, node, dataDir string, args ...string) *labAgent {
+// startAgents starts `podvisor agent --node-name NODE --data-dir DIR ARGS`
+// in machines 0..len(nodes)-1, all at once, each with the busybox test image
+// in its images/ folder (imported at every start), and waits for their
+// ready lines. Their clean-up removes their pods, containerd state and
+// processes, whether they still run or not.
+func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*labAgent {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Join(dataDir, "images"), 0o755); err != nil {
+	tar := images.Build(t, "busybox")
+	agents := make([]*labAgent, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		a := &labAgent{Node: node, DataDir: t.TempDir(), host: l.hosts[i]}
+		agents[i] = a
+		t.Cleanup(func() { l.removeAgent(a) })
+		if err := os.MkdirAll(filepath.Join(a.DataDir, "images"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A copy, not a symlink: ImportDir imports regular files only.
+		if err := copyFile(tar, filepath.Join(a.DataDir, "images", "busybox.tar")); err != nil {
+			t.Fatal(err)
+		}
+		cmd := l.agentCommand(i, append([]string{"--node-name", node, "--data-dir", a.DataDir}, args...)...)
+		wg.Go(func() {
+			a.labDaemon, errs[i] = startLabDaemon(t, "agent "+node, cmd, "podvisor agent is ready: node "+node, 3*time.Minute)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	// A copy, not a symlink: ImportDir imports regular files only.
-	if err := copyFile(images.Build(t, "busybox"), filepath.Join(dataDir, "images", "busybox.tar")); err != nil {
-		t.Fatal(err)
-	}
-	a := &labAgent{Node: node, DataDir: dataDir, host: l.hosts[i]}
-	t.Cleanup(func() { l.removeAgent(a) })
-	args = append([]string{"--node-name", node, "--data-dir", dataDir}, args...)
-	a.labDaemon = startLabDaemon(t, "agent "+node, l.agentCommand(i, args...), "podvisor agent is ready: node "+node, 3*time.Minute)
-	return a
+	return agents
 }
 
 // removeAgent removes what an agent leaves: through its containerd while it
