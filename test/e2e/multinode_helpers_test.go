@@ -7,8 +7,10 @@ package e2e
 // node's IP from the default route's interface: internal/node/hostip.go).
 // `podvisor server` runs in the root namespace, bound on the bridge address;
 // each `podvisor agent` runs in a machine's namespace through
-// `ip netns exec`, which execs podvisor: the pid the test holds is
-// podvisor's, so SIGTERM reaches it.
+// `nsenter --net`, which execs podvisor: the pid the test holds is
+// podvisor's, so SIGTERM reaches it. Not `ip netns exec`: it gives the
+// command a mount namespace with a fresh /sys, without the cgroup mounts
+// runc needs ("no cgroup mount found in mountinfo").
 
 import (
 	"errors"
@@ -24,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/test/images"
 )
 
@@ -82,7 +83,9 @@ func newNetLab(t *testing.T, n int) *netLab {
 		l.ip("-n", h.NS, "link", "set", "lo", "up")
 		l.ip("-n", h.NS, "route", "add", "default", "via", l.gateway.String())
 		// Pods' traffic to other nodes is routed through the machine.
-		l.run("ip", "netns", "exec", h.NS, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		if out, err := l.exec(i, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+			t.Fatalf("ip_forward in %s: %v\n%s", h.NS, err, out)
+		}
 	}
 	return l
 }
@@ -100,9 +103,14 @@ func (l *netLab) run(name string, args ...string) {
 	}
 }
 
+// command is name ARGS in machine i's network namespace.
+func (l *netLab) command(i int, name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + l.hosts[i].NS, "--", name}, args...)...)
+}
+
 // exec runs a command in machine i's namespace to completion.
 func (l *netLab) exec(i int, name string, args ...string) (string, error) {
-	out, err := exec.Command("ip", append([]string{"netns", "exec", l.hosts[i].NS, name}, args...)...).CombinedOutput()
+	out, err := l.command(i, name, args...).CombinedOutput()
 	return string(out), err
 }
 
@@ -117,22 +125,14 @@ func (l *netLab) remove() {
 	_ = exec.Command("ip", "link", "del", l.bridge).Run()
 	for exec.Command("iptables", append([]string{"-w", "-D"}, l.forwardRule()...)...).Run() == nil {
 	}
-	// The agents' containerds ran in mount namespaces of their own (ip netns
-	// exec makes one): the pod sandboxes' /run/netns files they made are
-	// plain files here, not mount points, once those are gone.
-	mounted := map[string]bool{}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 4 {
-				mounted[f[4]] = true
-			}
+	var left []string
+	for name := range netnsEntries() {
+		if !l.netnsBefore[name] {
+			left = append(left, name)
 		}
 	}
-	for name := range netnsEntries() {
-		if p := "/run/netns/" + name; !l.netnsBefore[name] && strings.HasPrefix(name, "cni-") && !mounted[p] {
-			l.t.Logf("lab clean-up: removing %s, a pod namespace file left by an agent", p)
-			_ = os.Remove(p)
-		}
+	if len(left) > 0 {
+		l.t.Errorf("network namespaces left in /run/netns: %s", strings.Join(left, " "))
 	}
 	if out, _ := exec.Command("ip", "-o", "link").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
 		l.t.Errorf("lab clean-up left links:\n%s", grepLines(string(out), "pvlab"+l.id))
@@ -285,12 +285,18 @@ type labAgent struct {
 	*labDaemon
 	Node    string
 	DataDir string
-	host    labHost
+	machine int // index in the lab's hosts
 }
 
 // agentCommand is `podvisor agent ARGS` in machine i's namespace.
 func (l *netLab) agentCommand(i int, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", l.hosts[i].NS, binary, "agent"}, args...)...)
+	return l.podvisorCommand(i, append([]string{"agent"}, args...)...)
+}
+
+func (l *netLab) podvisorCommand(i int, args ...string) *exec.Cmd {
+	cmd := l.command(i, binary, args...)
+	cmd.Env = append(os.Environ(), noSystemBus)
+	return cmd
 }
 
 // startAgents starts `podvisor agent --node-name NODE --data-dir DIR ARGS`
@@ -305,7 +311,7 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
-		a := &labAgent{Node: node, DataDir: t.TempDir(), host: l.hosts[i]}
+		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i}
 		agents[i] = a
 		t.Cleanup(func() { l.removeAgent(a) })
 		if err := os.MkdirAll(filepath.Join(a.DataDir, "images"), 0o755); err != nil {
@@ -328,26 +334,21 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 }
 
 // removeAgent removes what an agent leaves: through its containerd while it
-// runs (as the harness does), else through `podvisor reset` in the mount and
-// network namespaces its pods' shims still live in (the pod sandboxes'
-// network namespace files are mounts there only).
+// runs, as the harness does, else with `podvisor reset` in its machine
+// (which stops and removes the pods the agent left running).
 func (l *netLab) removeAgent(a *labAgent) {
+	if l.t.Failed() {
+		for _, f := range []string{filepath.Join(a.DataDir, "podvisor.log"), filepath.Join(a.DataDir, "containerd", "containerd.log")} {
+			if b, err := os.ReadFile(f); err == nil {
+				l.t.Logf("agent %s: the end of %s:\n%s", a.Node, f, tail(string(b), 6000))
+			}
+		}
+	}
 	if a.labDaemon != nil && a.Running() {
 		purgeContainerd(l.t.Logf, a.DataDir)
 		a.Stop()
-	}
-	paths, err := containerd.PathsFor(a.DataDir)
-	if err == nil {
-		reset := []string{"-n", "--", binary, "reset", "--data-dir", a.DataDir}
-		var cmd *exec.Cmd
-		if pid := processWhoseCmdline(paths.State + "/"); pid != 0 {
-			cmd = exec.Command("nsenter", append([]string{"-t", fmt.Sprint(pid), "-m"}, reset...)...)
-		} else {
-			cmd = exec.Command("ip", "netns", "exec", a.host.NS, binary, "reset", "--data-dir", a.DataDir)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			l.t.Logf("agent %s clean-up: %s: %v\n%s", a.Node, strings.Join(cmd.Args, " "), err, out)
-		}
+	} else if out, err := l.podvisorCommand(a.machine, "reset", "--data-dir", a.DataDir).CombinedOutput(); err != nil {
+		l.t.Logf("agent %s clean-up: podvisor reset: %v\n%s", a.Node, err, out)
 	}
 	killLeftovers(a.DataDir)
 	removeContainerdState(a.DataDir)

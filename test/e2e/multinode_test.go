@@ -41,8 +41,8 @@ func needMultiNode(t *testing.T) {
 }
 
 // The lab itself: every machine reaches the bridge's address and the other
-// machines, and a process started with ip netns exec is the command itself
-// (so that SIGTERM reaches it), inside the machine's namespace.
+// machines, and a process started in a machine is the command itself (so
+// that SIGTERM reaches it), not a wrapper.
 func TestMultiNodeLab(t *testing.T) {
 	needMultiNode(t)
 	lab := newNetLab(t, 2)
@@ -70,7 +70,7 @@ func TestMultiNodeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	httpd := exec.Command("ip", "netns", "exec", lab.hosts[1].NS, "busybox", "httpd", "-f", "-p", fmt.Sprint(port), "-h", www)
+	httpd := lab.command(1, "busybox", "httpd", "-f", "-p", fmt.Sprint(port), "-h", www)
 	if err := httpd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +82,9 @@ func TestMultiNodeLab(t *testing.T) {
 		out, err := lab.exec(0, "curl", "-sS", "-m", "2", url)
 		return err == nil && out == "machine 2", fmt.Errorf("%q: %v", out, err)
 	})
-	// httpd answers, so ip has exec'd it by now.
+	// httpd answers, so nsenter has exec'd it by now.
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", httpd.Process.Pid)); err != nil || filepath.Base(exe) != "busybox" {
-		t.Errorf("ip netns exec did not exec its command: pid %d is %q (%v)", httpd.Process.Pid, exe, err)
+		t.Errorf("nsenter did not exec its command: pid %d is %q (%v)", httpd.Process.Pid, exe, err)
 	}
 	// From the root namespace, machine 2 is reached through the bridge too.
 	if _, err := exec.Command("curl", "-sS", "-m", "5", url).Output(); err != nil {
