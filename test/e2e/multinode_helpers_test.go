@@ -55,7 +55,7 @@ func newNetLab(t *testing.T, n int) *netLab {
 	t.Helper()
 	l := &netLab{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), netnsBefore: netnsEntries()}
 	l.bridge = "pvlab" + l.id
-	prefix, err := unusedPrefix()
+	prefix, err := unusedPrefix("10.99.%d.0/24", 0, 255)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,9 +154,9 @@ func netnsEntries() map[string]bool {
 	return m
 }
 
-// unusedPrefix picks a 10.99.X.0/24 that no address or route of the root
-// namespace overlaps.
-func unusedPrefix() (netip.Prefix, error) {
+// unusedPrefix picks a prefix of the form pattern, its %d from lo to hi,
+// that no address or route of the root namespace overlaps.
+func unusedPrefix(pattern string, lo, hi int) (netip.Prefix, error) {
 	var taken []netip.Prefix
 	for _, args := range [][]string{{"-4", "-o", "addr"}, {"-4", "route", "show", "table", "all"}} {
 		out, err := exec.Command("ip", args...).Output()
@@ -171,9 +171,10 @@ func unusedPrefix() (netip.Prefix, error) {
 			}
 		}
 	}
-	start := rand.IntN(256)
-	for i := range 256 {
-		p := netip.MustParsePrefix(fmt.Sprintf("10.99.%d.0/24", (start+i)%256))
+	n := hi - lo + 1
+	start := rand.IntN(n)
+	for i := range n {
+		p := netip.MustParsePrefix(fmt.Sprintf(pattern, lo+(start+i)%n))
 		free := true
 		for _, t := range taken {
 			if t.Bits() > 0 && t.Overlaps(p) {
@@ -185,7 +186,7 @@ func unusedPrefix() (netip.Prefix, error) {
 			return p, nil
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("no free /24 in 10.99.0.0/16")
+	return netip.Prefix{}, fmt.Errorf("no free %s with %%d in %d-%d", pattern, lo, hi)
 }
 
 // labDaemon is a podvisor server or agent running until the test stops it.
