@@ -220,7 +220,7 @@ func TestMultiNode(t *testing.T) {
 			// this image.
 			get := fmt.Sprintf(`printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 %s 8080`, dst.Status.PodIP)
 			var last string
-			err := poll(20*time.Second, func() bool {
+			err := poll(10*time.Second, func() bool {
 				o, e, code := cp.kubectl(t, "", nil, "-n", ns, "exec", src.Name, "--", "sh", "-c", get)
 				last = fmt.Sprintf("exit %d, stdout %q, stderr %q", code, o, e)
 				return code == 0 && strings.HasSuffix(strings.TrimSpace(o), dst.Name)
@@ -246,6 +246,7 @@ func TestMultiNode(t *testing.T) {
 		}
 	})
 
+	// In parallel: discovery waits 15 s for a signature of an unknown token.
 	t.Run("refused", func(t *testing.T) {
 		refused := func(t *testing.T, want string, args ...string) {
 			t.Helper()
@@ -261,30 +262,36 @@ func TestMultiNode(t *testing.T) {
 		}
 		id, _, _ := strings.Cut(join.Token, ".")
 		t.Run("wrong token secret", func(t *testing.T) {
+			t.Parallel()
 			bad := join
 			bad.Token = id + ".0123456789abcdef"
 			refused(t, refusedWrongSecret, append(bad.args(), "--node-name", "lab-x")...)
 		})
 		t.Run("unknown token id", func(t *testing.T) {
+			t.Parallel()
 			bad := join
 			bad.Token = "zzzzzz.0123456789abcdef"
 			refused(t, refusedUnknownToken, append(bad.args(), "--node-name", "lab-x")...)
 		})
 		t.Run("wrong CA hash", func(t *testing.T) {
+			t.Parallel()
 			bad := join
 			bad.CAHash = "sha256:" + strings.Repeat("0", 64)
 			refused(t, refusedWrongCAHash, append(bad.args(), "--node-name", "lab-x")...)
 		})
 		t.Run("expired token", func(t *testing.T) {
+			t.Parallel()
 			short := createToken(t, serverDir, "--ttl", "1s")
 			// Waiting for time itself: the token's expiration is in whole seconds.
 			time.Sleep(2500 * time.Millisecond)
 			refused(t, refusedExpiredToken, append(short.args(), "--node-name", "lab-x")...)
 		})
 		t.Run("a node's credentials with another node's name", func(t *testing.T) {
+			t.Parallel()
 			refused(t, fmt.Sprintf("node %q is not allowed to modify node %q", nodes[0], nodes[1]), "--kubeconfig", nodeKubeconfig(agents[0].DataDir), "--node-name", nodes[1])
 		})
 		t.Run("a node's credentials reach only its own node and pods' secrets", func(t *testing.T) {
+			t.Parallel()
 			nodeCredentialsAreRestricted(t, cp, ns, agents[0], agents[1])
 		})
 	})
