@@ -176,7 +176,13 @@ func TestMultiNode(t *testing.T) {
 		t.Errorf("join command's --server %s: want the advertise address, %s…", join.Server, want)
 	}
 	nodes := []string{"lab-1", "lab-2", "lab-3"}
-	agents := lab.startAgents(t, nodes, append(join.args(), "--runtime", "containerd")...)
+	// The server calls a node gone after 10 s of silence: the agents renew
+	// their lease every 2 s (a quarter of its duration) rather than 10 s.
+	kubeletConfig := filepath.Join(t.TempDir(), "kubelet.yaml")
+	if err := os.WriteFile(kubeletConfig, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: 8\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agents := lab.startAgents(t, nodes, append(join.args(), "--runtime", "containerd", "--config", kubeletConfig)...)
 	ctx := context.Background()
 
 	t.Run("nodes are Ready with their machines' addresses", func(t *testing.T) {
@@ -302,18 +308,52 @@ func TestMultiNode(t *testing.T) {
 		if code := gone.cmd.ProcessState.ExitCode(); code != 0 {
 			t.Errorf("agent %s exit code %d after SIGTERM; stderr:\n%s", gone.Node, code, gone.stderr)
 		}
-		Eventually(t, time.Minute, "node "+gone.Node+" NotReady", func() (bool, error) {
+		// A stopped agent leaves its pods alone: they are the control
+		// plane's to move (only after 10 s of silence and 5 s of toleration).
+		for _, was := range byNode[gone.Node] {
+			p, err := cp.Admin.CoreV1().Pods(ns).Get(ctx, was.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("right after its agent stopped, pod %s on %s: %v", was.Name, gone.Node, err)
+			} else if p.DeletionTimestamp != nil || !isReady(p) {
+				t.Errorf("right after its agent stopped, pod %s on %s is deleted or not Ready:\n%s", was.Name, gone.Node, describe(p))
+			}
+		}
+		Eventually(t, time.Minute, "node "+gone.Node+" NotReady and tainted unreachable", func() (bool, error) {
 			n, err := cp.Admin.CoreV1().Nodes().Get(ctx, gone.Node, metav1.GetOptions{})
-			return err == nil && !nodeReady(n), err
-		})
-		Eventually(t, time.Minute, "the pods of "+gone.Node+" evicted", func() (bool, error) {
-			pods, err := cp.Admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 			if err != nil {
 				return false, err
 			}
-			for _, p := range pods.Items {
-				if p.Spec.NodeName == gone.Node && p.DeletionTimestamp == nil {
+			for _, taint := range n.Spec.Taints {
+				if taint.Key == v1.TaintNodeUnreachable && taint.Effect == v1.TaintEffectNoExecute {
+					return !nodeReady(n), nil
+				}
+			}
+			return false, fmt.Errorf("Ready %v, taints %v", nodeReady(n), n.Spec.Taints)
+		})
+		Eventually(t, time.Minute, "the pods of "+gone.Node+" evicted", func() (bool, error) {
+			for _, was := range byNode[gone.Node] {
+				p, err := cp.Admin.CoreV1().Pods(ns).Get(ctx, was.Name, metav1.GetOptions{})
+				if err == nil && p.DeletionTimestamp == nil {
 					return false, fmt.Errorf("pod %s on %s not deleted", p.Name, gone.Node)
+				}
+				if err != nil && !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		Eventually(t, 30*time.Second, "a TaintManagerEviction event for each pod of "+gone.Node, func() (bool, error) {
+			evs, err := cp.Admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=TaintManagerEviction"})
+			if err != nil {
+				return false, err
+			}
+			evicted := map[string]bool{}
+			for _, e := range evs.Items {
+				evicted[e.InvolvedObject.Name] = true
+			}
+			for _, p := range byNode[gone.Node] {
+				if !evicted[p.Name] {
+					return false, fmt.Errorf("none for %s", p.Name)
 				}
 			}
 			return true, nil
