@@ -201,7 +201,9 @@ type labDaemon struct {
 
 // startLabDaemon starts cmd and waits for its first stdout line to be ready;
 // when it is not, it kills the process and says why, with its stderr.
-// Later stdout lines go to the test log. Safe to call from any goroutine.
+// Later stdout lines go to the test log. Unlike join_test.go's startDaemon,
+// it is safe to call from any goroutine (agents start at once) and leaves
+// stopping to the caller (an agent's pods are removed before it stops).
 func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, timeout time.Duration) (*labDaemon, error) {
 	d := &labDaemon{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = d.stderr
