@@ -3,6 +3,9 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -206,13 +210,17 @@ func TestMultiNode(t *testing.T) {
 		}
 	})
 
+	t.Run("each node's certificates come from approved CSRs", func(t *testing.T) {
+		nodeCertificatesFromCSRs(t, cp, lab, nodes)
+	})
+
 	ns := cp.Namespace("multinode")
 	dep := spreadDeployment(ns, "web", 6)
 	if _, err := cp.Admin.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var byNode map[string][]v1.Pod
-	t.Run("6 replicas spread 2 per node", func(t *testing.T) {
+	spread := t.Run("6 replicas spread 2 per node", func(t *testing.T) {
 		byNode = waitReplicas(t, cp, ns, "app=web", 6, 2*time.Minute)
 		for _, name := range nodes {
 			if len(byNode[name]) != 2 {
@@ -220,7 +228,7 @@ func TestMultiNode(t *testing.T) {
 			}
 		}
 	})
-	if t.Failed() {
+	if !spread {
 		t.FailNow()
 	}
 
@@ -541,5 +549,72 @@ func nodeCredentialsAreRestricted(t *testing.T, cp *Podvisor, ns string, a, b *l
 	})
 	if _, err := asA.CoreV1().Secrets(ns).Get(ctx, "secret-of-"+b.Node, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node %s reading the secret of a pod on %s: %v, want Forbidden", a.Node, b.Node, err)
+	}
+}
+
+// nodeCertificatesFromCSRs: each node's client certificate was requested
+// with the bootstrap token and its serving certificate by the node itself,
+// both approved and issued; the agent API serves the latter, verified by
+// the cluster's CA for the node's address.
+func nodeCertificatesFromCSRs(t *testing.T, cp *Podvisor, lab *netLab, nodes []string) {
+	issued := func(c certificatesv1.CertificateSigningRequest) bool {
+		for _, cond := range c.Status.Conditions {
+			if cond.Type == certificatesv1.CertificateApproved {
+				return len(c.Status.Certificate) > 0
+			}
+		}
+		return false
+	}
+	// The agent is ready before its serving certificate is issued (it
+	// serves a self-signed one until then).
+	Eventually(t, 30*time.Second, "each node's client and serving CSRs approved and issued", func() (bool, error) {
+		csrs, err := cp.Admin.CertificatesV1().CertificateSigningRequests().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		var missing []string
+		for _, name := range nodes {
+			var client, serving bool
+			for _, c := range csrs.Items {
+				if !issued(c) {
+					continue
+				}
+				switch {
+				case c.Spec.SignerName == certificatesv1.KubeAPIServerClientKubeletSignerName && strings.HasPrefix(c.Spec.Username, "system:bootstrap:"):
+					if blk, _ := pem.Decode(c.Spec.Request); blk != nil {
+						if req, err := x509.ParseCertificateRequest(blk.Bytes); err == nil && req.Subject.CommonName == "system:node:"+name {
+							client = true
+						}
+					}
+				case c.Spec.SignerName == certificatesv1.KubeletServingSignerName && c.Spec.Username == "system:node:"+name:
+					serving = true
+				}
+			}
+			if !client {
+				missing = append(missing, name+": client certificate from a token holder's CSR")
+			}
+			if !serving {
+				missing = append(missing, name+": serving certificate from its own CSR")
+			}
+		}
+		return len(missing) == 0, fmt.Errorf("not issued: %s", strings.Join(missing, "; "))
+	})
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(cp.AdminCfg.CAData) {
+		t.Fatalf("admin kubeconfig: no CA data")
+	}
+	for i, name := range nodes {
+		addr := lab.hosts[i].Addr.String()
+		var last error
+		if err := poll(30*time.Second, func() bool {
+			conn, err := tls.Dial("tcp", net.JoinHostPort(addr, "10250"), &tls.Config{RootCAs: roots, ServerName: addr})
+			if err == nil {
+				conn.Close()
+			}
+			last = err
+			return err == nil
+		}); err != nil {
+			t.Errorf("node %s's agent API at %s:10250, verified with the cluster CA: %v", name, addr, last)
+		}
 	}
 }
