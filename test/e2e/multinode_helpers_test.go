@@ -288,7 +288,8 @@ type labAgent struct {
 	*labDaemon
 	Node    string
 	DataDir string
-	machine int // index in the lab's hosts
+	machine int        // index in the lab's hosts
+	addr    netip.Addr // its machine's
 }
 
 // agentCommand is `podvisor agent ARGS` in machine i's namespace.
@@ -314,7 +315,7 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
-		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i}
+		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.hosts[i].Addr}
 		agents[i] = a
 		t.Cleanup(func() { l.removeAgent(a) })
 		if err := os.MkdirAll(filepath.Join(a.DataDir, "images"), 0o755); err != nil {

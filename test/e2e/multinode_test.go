@@ -3,12 +3,17 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	cryptorand "crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,7 +315,7 @@ func TestMultiNode(t *testing.T) {
 			t.Parallel()
 			refused(t, fmt.Sprintf("node %q is not allowed to modify node %q", nodes[0], nodes[1]), "--kubeconfig", nodeKubeconfig(agents[0].DataDir), "--node-name", nodes[1])
 		})
-		t.Run("a node's credentials reach only its own node and pods' secrets", func(t *testing.T) {
+		t.Run("a node's credentials reach only its own node, its pods' secrets and its own certificates", func(t *testing.T) {
 			t.Parallel()
 			nodeCredentialsAreRestricted(t, cp, ns, agents[0], agents[1])
 		})
@@ -516,8 +521,9 @@ func flagValue(args []string, name string) string {
 }
 
 // nodeCredentialsAreRestricted: with node a's credentials, node b cannot be
-// changed, and a secret is readable only by the node of a pod using it
-// (the Node authorizer and NodeRestriction).
+// changed, a secret is readable only by the node of a pod using it (the
+// Node authorizer and NodeRestriction), and no serving certificate is
+// issued in node b's name or for its address.
 func nodeCredentialsAreRestricted(t *testing.T, cp *Podvisor, ns string, a, b *labAgent) {
 	ctx := context.Background()
 	cfg, err := clientcmd.BuildConfigFromFlags("", nodeKubeconfig(a.DataDir))
@@ -549,6 +555,60 @@ func nodeCredentialsAreRestricted(t *testing.T, cp *Podvisor, ns string, a, b *l
 	})
 	if _, err := asA.CoreV1().Secrets(ns).Get(ctx, "secret-of-"+b.Node, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("node %s reading the secret of a pod on %s: %v, want Forbidden", a.Node, b.Node, err)
+	}
+
+	// Serving certificates: node a gets none in node b's name (the API
+	// server forbids the request) or for node b's address (the server's
+	// approver denies it).
+	for _, c := range []struct {
+		name, cn string
+		ip       netip.Addr
+		want     string
+	}{
+		{"node-b-name", "system:node:" + b.Node, a.addr, "a node may only ask for CN="},
+		{"node-b-address", "system:node:" + a.Node, b.addr, fmt.Sprintf("is not one of node %s's addresses", a.Node)},
+	} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), cryptorand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.CreateCertificateRequest(cryptorand.Reader, &x509.CertificateRequest{
+			Subject:     pkix.Name{CommonName: c.cn, Organization: []string{"system:nodes"}},
+			IPAddresses: []net.IP{c.ip.AsSlice()},
+		}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr, err := asA.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "impersonation-" + c.name + "-"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{
+				Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+				SignerName: certificatesv1.KubeletServingSignerName,
+				Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+			},
+		}, metav1.CreateOptions{})
+		if apierrors.IsForbidden(err) {
+			continue // NodeRestriction: refused before any approver sees it
+		}
+		if err != nil {
+			t.Errorf("node %s creating a CSR for %s: %v", a.Node, c.name, err)
+			continue
+		}
+		Eventually(t, 30*time.Second, "CSR "+csr.Name+" denied", func() (bool, error) {
+			got, err := cp.Admin.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			for _, cond := range got.Status.Conditions {
+				switch {
+				case cond.Type == certificatesv1.CertificateDenied && strings.Contains(cond.Message, c.want):
+					return true, nil
+				case cond.Type == certificatesv1.CertificateApproved:
+					t.Fatalf("CSR %s (%s, by node %s) approved: %s", csr.Name, c.name, a.Node, cond.Message)
+				}
+			}
+			return false, fmt.Errorf("conditions %+v, want Denied with %q", got.Status.Conditions, c.want)
+		})
 	}
 }
 
