@@ -13,6 +13,7 @@ package e2e
 // runc needs ("no cgroup mount found in mountinfo").
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,11 +22,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace/noop"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	criclient "k8s.io/cri-client/pkg"
+
+	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/test/images"
 )
 
@@ -37,9 +44,7 @@ type netLab struct {
 	prefix  netip.Prefix
 	gateway netip.Addr // the bridge's address: the server's
 	hosts   []labHost
-	// netnsBefore: /run/netns entries before the lab, so that clean-up can
-	// tell the pod namespaces the agents' containerds left from others'.
-	netnsBefore map[string]bool
+	agents  []*labAgent
 }
 
 // labHost is one machine: a network namespace with one address.
@@ -53,7 +58,7 @@ type labHost struct {
 // fails the test if any is left.
 func newNetLab(t *testing.T, n int) *netLab {
 	t.Helper()
-	l := &netLab{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16)), netnsBefore: netnsEntries()}
+	l := &netLab{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16))}
 	l.bridge = "pvlab" + l.id
 	prefix, err := unusedPrefix("10.99.%d.0/24", 0, 255)
 	if err != nil {
@@ -125,14 +130,13 @@ func (l *netLab) remove() {
 	_ = exec.Command("ip", "link", "del", l.bridge).Run()
 	for exec.Command("iptables", append([]string{"-w", "-D"}, l.forwardRule()...)...).Run() == nil {
 	}
-	var left []string
-	for name := range netnsEntries() {
-		if !l.netnsBefore[name] {
-			left = append(left, name)
+	// The pod sandboxes' network namespaces, bind mounts in /run/netns.
+	for _, a := range l.agents {
+		for name := range a.podNetns {
+			if _, err := os.Stat("/run/netns/" + name); err == nil {
+				l.t.Errorf("agent %s's pod network namespace %s left in /run/netns", a.Node, name)
+			}
 		}
-	}
-	if len(left) > 0 {
-		l.t.Errorf("network namespaces left in /run/netns: %s", strings.Join(left, " "))
 	}
 	if out, _ := exec.Command("ip", "-o", "link").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
 		l.t.Errorf("lab clean-up left links:\n%s", grepLines(string(out), "pvlab"+l.id))
@@ -143,15 +147,6 @@ func (l *netLab) remove() {
 	if out, _ := exec.Command("iptables", "-w", "-S", "FORWARD").CombinedOutput(); strings.Contains(string(out), "podvisor e2e lab "+l.id) {
 		l.t.Errorf("lab clean-up left a FORWARD rule:\n%s", grepLines(string(out), l.id))
 	}
-}
-
-func netnsEntries() map[string]bool {
-	m := map[string]bool{}
-	entries, _ := os.ReadDir("/run/netns")
-	for _, e := range entries {
-		m[e.Name()] = true
-	}
-	return m
 }
 
 // unusedPrefix picks a prefix of the form pattern, its %d from lo to hi,
@@ -262,7 +257,7 @@ func (d *labDaemon) Running() bool {
 	}
 }
 
-// labServer starts `podvisor server` in the root namespace, serving on the
+// startServer starts `podvisor server` in the root namespace, serving on the
 // bridge address; its clean-up stops it.
 func (l *netLab) startServer(t *testing.T, dataDir, clusterCIDR string, extra ...string) *labDaemon {
 	t.Helper()
@@ -290,6 +285,65 @@ type labAgent struct {
 	DataDir string
 	machine int        // index in the lab's hosts
 	addr    netip.Addr // its machine's
+	// podNetns: the /run/netns names of its pod sandboxes, seen before it
+	// stopped, which clean-up must have removed.
+	podNetns map[string]bool
+}
+
+// Stop records the agent's pod network namespaces, then stops it.
+func (a *labAgent) Stop() {
+	if a.labDaemon == nil || !a.Running() {
+		return
+	}
+	names := sandboxNetns(a.labDaemon.t, a.DataDir)
+	for _, name := range names {
+		a.podNetns[name] = true
+	}
+	a.labDaemon.t.Logf("stopping agent %s with %d pod sandbox(es)", a.Node, len(names))
+	a.labDaemon.Stop()
+}
+
+var netnsName = regexp.MustCompile(`/run/netns/(cni-[0-9a-f-]+)`)
+
+// sandboxNetns lists the /run/netns names of the pod sandboxes the
+// containerd of dataDir has, from their verbose CRI status.
+func sandboxNetns(t *testing.T, dataDir string) []string {
+	paths, err := containerd.PathsFor(dataDir)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs, err := criclient.NewRemoteRuntimeService(ctx, paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)
+	if err != nil {
+		t.Errorf("CRI of %s: %v", dataDir, err)
+		return nil
+	}
+	defer rs.Close(context.Background())
+	pods, err := rs.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Errorf("CRI of %s: %v", dataDir, err)
+		return nil
+	}
+	var names []string
+	for _, pod := range pods {
+		st, err := rs.PodSandboxStatus(ctx, pod.Id, true)
+		if err != nil {
+			t.Errorf("CRI of %s: sandbox %s: %v", dataDir, pod.Id, err)
+			continue
+		}
+		found := false
+		for _, info := range st.Info {
+			if m := netnsName.FindStringSubmatch(info); m != nil && !found {
+				names, found = append(names, m[1]), true
+			}
+		}
+		if !found && pod.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+			t.Errorf("CRI of %s: sandbox %s's verbose status names no /run/netns/cni-…: clean-up cannot check it", dataDir, pod.Id)
+		}
+	}
+	return names
 }
 
 // agentCommand is `podvisor agent ARGS` in machine i's namespace.
@@ -315,8 +369,9 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
-		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.hosts[i].Addr}
+		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.hosts[i].Addr, podNetns: map[string]bool{}}
 		agents[i] = a
+		l.agents = append(l.agents, a)
 		t.Cleanup(func() { l.removeAgent(a) })
 		if err := os.MkdirAll(filepath.Join(a.DataDir, "images"), 0o755); err != nil {
 			t.Fatal(err)
@@ -337,9 +392,10 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	return agents
 }
 
-// removeAgent removes what an agent leaves: through its containerd while it
-// runs, as the harness does, else with `podvisor reset` in its machine
-// (which stops and removes the pods the agent left running).
+// removeAgent stops the agent and removes what it leaves with `podvisor
+// reset` in its machine: the pods go through the CRI, network teardown
+// included, whether or not the agent still ran (purging through a running
+// agent's containerd races with the agent recreating them).
 func (l *netLab) removeAgent(a *labAgent) {
 	if l.t.Failed() {
 		for _, f := range []string{filepath.Join(a.DataDir, "podvisor.log"), filepath.Join(a.DataDir, "containerd", "containerd.log")} {
@@ -348,11 +404,9 @@ func (l *netLab) removeAgent(a *labAgent) {
 			}
 		}
 	}
-	if a.labDaemon != nil && a.Running() {
-		purgeContainerd(l.t.Logf, a.DataDir)
-		a.Stop()
-	} else if out, err := l.podvisorCommand(a.machine, "reset", "--data-dir", a.DataDir).CombinedOutput(); err != nil {
-		l.t.Logf("agent %s clean-up: podvisor reset: %v\n%s", a.Node, err, out)
+	a.Stop()
+	if out, err := l.podvisorCommand(a.machine, "reset", "--data-dir", a.DataDir).CombinedOutput(); err != nil {
+		l.t.Errorf("agent %s clean-up: podvisor reset: %v\n%s", a.Node, err, out)
 	}
 	killLeftovers(a.DataDir)
 	removeContainerdState(a.DataDir)
