@@ -199,14 +199,7 @@ func (p *Podvisor) Start() {
 		p.t.Fatal(err)
 	}
 	p.exited = make(chan struct{})
-	lines := make(chan string, 16)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
+	lines := scanLines(out)
 	go func() { p.exitErr = p.cmd.Wait(); close(p.exited) }()
 	if p.NodeName != "shared-node" {
 		p.t.Cleanup(func() {
@@ -351,7 +344,18 @@ func runPodvisor(t *testing.T, timeout time.Duration, args ...string) (stdout, s
 	return o.String(), e.String(), code
 }
 
-var _ = io.Discard
+// scanLines sends r's lines on the channel it returns, closed at EOF.
+func scanLines(r io.Reader) <-chan string {
+	lines := make(chan string, 16)
+	go func() {
+		s := bufio.NewScanner(r)
+		for s.Scan() {
+			lines <- s.Text()
+		}
+		close(lines)
+	}()
+	return lines
+}
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
