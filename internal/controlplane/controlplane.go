@@ -125,6 +125,10 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		cp.Stop()
 		return nil, err
 	}
+	if err := cp.ensureRBAC(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
 	run, err = runControllerManager(cctx, cp.controllerManagerArgs())
 	if err != nil {
 		cp.Stop()
