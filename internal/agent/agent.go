@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -55,6 +56,10 @@ type Config struct {
 	Kubelet    config.Config
 	Runtime    RuntimeConfig
 	Log        *slog.Logger
+	// ClusterCIDR is the cluster's pod network: on podvisor's containerd,
+	// routes lead to other nodes' pod CIDRs in it and traffic to it is not
+	// masqueraded. Invalid: neither.
+	ClusterCIDR netip.Prefix
 }
 
 // Agent is a running node agent.

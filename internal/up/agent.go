@@ -31,6 +31,9 @@ type AgentOptions struct {
 	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
 	EvictionMonitoringPeriod time.Duration
 	Runtime                  agent.RuntimeConfig
+	// ClusterCIDR is the cluster's pod network (--cluster-cidr, as the
+	// server's); empty: 10.42.0.0/16.
+	ClusterCIDR string
 }
 
 // RunAgent issues the agent's credentials, starts it and blocks until ctx
@@ -45,6 +48,10 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	}
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
+	}
+	podNetwork, err := clusterCIDR(o.ClusterCIDR)
+	if err != nil {
+		return err
 	}
 	server, err := filepath.Abs(o.ServerDataDir)
 	if err != nil {
@@ -88,7 +95,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: kubeconfig, PKIDir: pki, Kubelet: kc, Log: log,
-		Runtime: runtimeConfig(o.Runtime, kc),
+		Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
