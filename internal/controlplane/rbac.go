@@ -13,8 +13,8 @@ import (
 
 // nodeNetworkRole lets nodes read every Node: each agent's pod network
 // (internal/podnet, flannel's subnet manager) routes to the other nodes'
-// pod CIDRs and learns them from their Nodes. The Node authorizer lets a
-// node read only its own Node since Kubernetes v1.32 (AuthorizeNodeWithSelectors)
+// pod CIDRs and learns them from their Nodes. The Node authorizer of
+// Kubernetes v1.36 lets a node read only its own Node (AuthorizeNodeWithSelectors)
 // and leaves the rest to RBAC; writes stay limited to the node's own Node
 // by the Node authorizer and NodeRestriction.
 const nodeNetworkRole = "podvisor:node-network"
