@@ -30,9 +30,16 @@ import (
 // in it.
 const childEnv = "PODNET_TEST_NODE"
 
+// removeEnv makes the re-executed test binary run RemoveRoutes.
+const removeEnv = "PODNET_TEST_REMOVE_ROUTES"
+
 func TestMain(m *testing.M) {
 	if c := os.Getenv(childEnv); c != "" {
 		os.Exit(runChild(c))
+	}
+	if os.Getenv(removeEnv) != "" {
+		RemoveRoutes()
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -185,6 +192,29 @@ func TestRoutesFollowNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRoute(t, nsA, b.podCIDR, "")
+
+	// The routes left behind are podnet's to remove (podvisor reset), and
+	// only those.
+	if got := route(t, nsB, a.podCIDR); !strings.Contains(got, fmt.Sprintf("proto %d", RouteProtocol)) {
+		t.Errorf("namespace B: route to a's pods %q is not marked proto %d", got, RouteProtocol)
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	stops = nil
+	cmd := exec.Command("ip", "netns", "exec", nsB, os.Args[0])
+	cmd.Env = append(os.Environ(), removeEnv+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("RemoveRoutes: %v: %s", err, out)
+	}
+	for _, n := range []*testNode{a, a2} {
+		if got := route(t, nsB, n.podCIDR); got != "" {
+			t.Errorf("namespace B after RemoveRoutes: route %q", got)
+		}
+	}
+	if got := route(t, nsB, "198.18.77.0/24"); got == "" {
+		t.Error("namespace B after RemoveRoutes: its own network's route went too")
+	}
 }
 
 func createNode(ctx context.Context, t *testing.T, c kubernetes.Interface, n *testNode) {

@@ -95,6 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("flannel host-gw: %w", err)
 	}
+	markRoutes(network)
 	if err := sm.CompleteLease(ctx, network.Lease(), &wg); err != nil {
 		return fmt.Errorf("flannel: %w", err)
 	}
