@@ -49,10 +49,10 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// newSubnetManager serialises flannel's constructor, which takes the node
-// name from the environment (NODE_NAME), so that two agents of one process
-// never see each other's.
-var newSubnetManager sync.Mutex
+// nodeNameEnv serialises flannel's constructor, which takes the node name
+// from the environment (NODE_NAME), so that two agents of one process never
+// see each other's.
+var nodeNameEnv sync.Mutex
 
 // Run publishes this node's lease (its pod CIDR and NodeIP on its Node) and
 // returns once that is done; routes to other nodes' pod CIDRs then follow
@@ -78,6 +78,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := ensureAnnotations(ctx, cfg); err != nil {
 		return err
 	}
+	// flannel's goroutines live until ctx ends: on an error, end them now.
+	ctx, cancel := context.WithCancel(ctx)
+	started := false
+	defer func() {
+		if !started {
+			cancel()
+		}
+	}()
 	sm, err := subnetManager(ctx, cfg, netConf)
 	if err != nil {
 		return err
@@ -100,15 +108,19 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("flannel: %w", err)
 	}
 	cfg.Log.Info("pod network routes across nodes", "backend", "host-gw", "podCIDR", network.Lease().Subnet.String(), "nodeIP", cfg.NodeIP.String(), "interface", ext.IfaceName)
-	go network.Run(ctx)
+	started = true
+	go func() {
+		defer cancel()
+		network.Run(ctx)
+	}()
 	return nil
 }
 
 // subnetManager starts flannel's Kubernetes subnet manager with the node's
 // credentials and waits for its informer on Nodes to sync.
 func subnetManager(ctx context.Context, cfg Config, netConf string) (subnet.Manager, error) {
-	newSubnetManager.Lock()
-	defer newSubnetManager.Unlock()
+	nodeNameEnv.Lock()
+	defer nodeNameEnv.Unlock()
 	old, had := os.LookupEnv("NODE_NAME")
 	os.Setenv("NODE_NAME", cfg.NodeName)
 	defer func() {
