@@ -34,9 +34,11 @@ const annotationPrefix = "flannel.alpha.coreos.com"
 
 // Config says which node this is and where its pod network lies.
 type Config struct {
-	// Kubeconfig holds the node's own credentials (system:node:NodeName):
-	// the Node authorizer lets a node list and watch Nodes and patch its
-	// own Node's status, through which flannel writes its annotations.
+	// Kubeconfig holds the node's own credentials (system:node:NodeName).
+	// The Node authorizer lets a node patch its own Node's status, through
+	// which flannel writes its annotations; reading the other Nodes takes
+	// RBAC (podvisor's control plane binds podvisor:node-network to
+	// system:nodes).
 	Kubeconfig string
 	NodeName   string
 	// NodeIP is the node's InternalIP: the address other nodes route this
