@@ -18,8 +18,8 @@ const resetUsage = `Usage: podvisor reset [--data-dir DIR]
 Stops and removes what a stopped podvisor left running for its data directory:
 every pod sandbox and container (containers outlive podvisor, which re-adopts
 them at its next start), their shims, mounts and network namespaces,
-containerd's state under /run/podvisor, and the pod network's bridge and
-masquerade rule. The data directory (etcd, PKI, images) is kept: remove it
+containerd's state under /run/podvisor, and the pod network's bridge,
+masquerade rule and routes to other nodes' pods. The data directory (etcd, PKI, images) is kept: remove it
 too for a fresh start. Refuses while podvisor runs with that data directory.
 `
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -53,8 +54,9 @@ type Config struct {
 	DataDir    string
 	PKIDir     string
 	Kubeconfig string // the node's own credentials
-	// RESTConfig, when set, is used instead of Kubeconfig (a joined node's
-	// rotating client certificate).
+	// RESTConfig, when set, is used instead of Kubeconfig for the agent's
+	// own clients (a joined node's rotating client certificate); Kubeconfig
+	// still names the same credentials for parts that read a file (podnet).
 	RESTConfig *rest.Config
 	// ServingCertificate, when set, is the agent API's certificate (a
 	// joined node's, rotating) instead of PKIDir/agent-serving.*.
@@ -62,6 +64,10 @@ type Config struct {
 	Kubelet            config.Config
 	Runtime            RuntimeConfig
 	Log                *slog.Logger
+	// ClusterCIDR is the cluster's pod network: on podvisor's containerd,
+	// routes lead to other nodes' pod CIDRs in it and traffic to it is not
+	// masqueraded. Invalid: neither.
+	ClusterCIDR netip.Prefix
 }
 
 // Agent is a running node agent.

@@ -185,12 +185,12 @@ func (a *Agent) setUpPodNetwork(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := a.containerd.SetPodCIDR(sctx, cidr); err != nil {
+	if err := a.containerd.SetPodCIDR(sctx, cidr, a.cfg.ClusterCIDR); err != nil {
 		return err
 	}
 	a.node.SetNetworkReadiness(node.Readiness{Ready: true})
 	a.cfg.Log.Info("pod network ready", "podCIDR", cidr.String())
-	return nil
+	return a.routePodNetwork(ctx)
 }
 
 // watchContainerd ends the agent's runtime when containerd dies: its pods

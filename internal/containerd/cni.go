@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -86,26 +87,39 @@ func findCNIPlugins(dirs []string) (string, error) {
 }
 
 // setUpPodNetwork writes the CNI config for podCIDR and its masquerade rule.
-func setUpPodNetwork(p Paths, bridge string, podCIDR netip.Prefix) error {
+func setUpPodNetwork(p Paths, bridge string, podCIDR, clusterCIDR netip.Prefix) error {
 	if err := writeCNIConfig(p, bridge, podCIDR); err != nil {
 		return fmt.Errorf("CNI config: %w", err)
 	}
-	return ensureMasquerade(bridge, podCIDR)
+	return ensureMasquerade(bridge, podCIDR, clusterCIDR)
 }
 
 // ensureMasquerade makes sure one NAT rule masquerades what pods of podCIDR
-// send outside it (the bridge plugin's ipMasq, once per node rather than once
-// per pod). The rule names the bridge in a comment, so that it can be told
-// apart and removed (RemoveMasquerade).
-func ensureMasquerade(bridge string, podCIDR netip.Prefix) error {
-	bin, args := masqueradeRule(bridge, podCIDR)
-	if exec.Command(bin, append([]string{"-w", "-t", "nat", "-C"}, args...)...).Run() == nil {
+// send outside the cluster's pod network, clusterCIDR (podCIDR when
+// invalid): pods reach the pods of other nodes without NAT, as the
+// Kubernetes network model has it. It is the bridge plugin's ipMasq, once
+// per node rather than once per pod. The rule names the bridge in a
+// comment, so that it can be told apart, replaced when the CIDRs change and
+// removed (RemovePodNetwork).
+func ensureMasquerade(bridge string, podCIDR, clusterCIDR netip.Prefix) error {
+	if !clusterCIDR.IsValid() {
+		clusterCIDR = podCIDR
+	}
+	want := masqueradeRule(bridge, podCIDR, clusterCIDR)
+	found := false
+	for _, r := range bridgeMasquerades(want.bin, bridge) {
+		if slices.Equal(r.args, want.args) && !found {
+			found = true
+			continue
+		}
+		if err := r.run("-D"); err != nil {
+			return err
+		}
+	}
+	if found {
 		return nil
 	}
-	if out, err := exec.Command(bin, append([]string{"-w", "-t", "nat", "-A"}, args...)...).CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: masquerade rule for %s: %v: %s", bin, podCIDR, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return want.run("-A")
 }
 
 // RemovePodNetwork removes what the pod network of paths' containerd left
@@ -115,37 +129,66 @@ func RemovePodNetwork(paths Paths, bridge string) {
 	if bridge == "" {
 		bridge = paths.DefaultBridge()
 	}
-	var conf struct {
-		Plugins []struct {
-			IPAM struct {
-				Ranges [][]struct {
-					Subnet string `json:"subnet"`
-				} `json:"ranges"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if b, err := os.ReadFile(filepath.Join(paths.CNIConfDir, cniConfFile)); err == nil && json.Unmarshal(b, &conf) == nil {
-		for _, pl := range conf.Plugins {
-			for _, r := range pl.IPAM.Ranges {
-				for _, sub := range r {
-					if cidr, err := netip.ParsePrefix(sub.Subnet); err == nil {
-						bin, args := masqueradeRule(bridge, cidr)
-						for exec.Command(bin, append([]string{"-w", "-t", "nat", "-D"}, args...)...).Run() == nil {
-						}
-					}
-				}
-			}
+	for _, bin := range []string{"iptables", "ip6tables"} {
+		for _, r := range bridgeMasquerades(bin, bridge) {
+			_ = r.run("-D")
 		}
 	}
 	_ = exec.Command("ip", "link", "del", bridge).Run()
 }
 
-func masqueradeRule(bridge string, podCIDR netip.Prefix) (string, []string) {
+// natRule is one rule of the nat table's POSTROUTING chain.
+type natRule struct {
+	bin  string // iptables or ip6tables
+	args []string
+}
+
+func (r natRule) run(op string) error {
+	if out, err := exec.Command(r.bin, append([]string{"-w", "-t", "nat", op}, r.args...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s %s: %v: %s", r.bin, op, strings.Join(r.args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func masqueradeRule(bridge string, podCIDR, dst netip.Prefix) natRule {
 	bin := "iptables"
 	if podCIDR.Addr().Is6() {
 		bin = "ip6tables"
 	}
-	cidr := podCIDR.Masked().String()
-	return bin, []string{"POSTROUTING", "-s", cidr, "!", "-d", cidr,
-		"-m", "comment", "--comment", "podvisor pod network " + bridge, "-j", "MASQUERADE"}
+	return natRule{bin: bin, args: []string{"POSTROUTING", "-s", podCIDR.Masked().String(), "!", "-d", dst.Masked().String(),
+		"-m", "comment", "--comment", masqueradeComment(bridge), "-j", "MASQUERADE"}}
+}
+
+func masqueradeComment(bridge string) string { return "podvisor pod network " + bridge }
+
+// bridgeMasquerades lists the masquerade rules of bridge's pod network,
+// whichever CIDRs they name (those of an earlier podvisor included).
+func bridgeMasquerades(bin, bridge string) []natRule {
+	out, err := exec.Command(bin, "-w", "-t", "nat", "-S", "POSTROUTING").Output()
+	if err != nil {
+		return nil
+	}
+	comment := fmt.Sprintf("--comment %q", masqueradeComment(bridge))
+	var rules []natRule
+	for _, line := range strings.Split(string(out), "\n") {
+		if !strings.Contains(line, comment+" ") {
+			continue
+		}
+		var src, dst netip.Prefix
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			switch {
+			case f[i] == "-s":
+				src, _ = netip.ParsePrefix(f[i+1])
+			case f[i] == "-d" && i > 0 && f[i-1] == "!":
+				dst, _ = netip.ParsePrefix(f[i+1])
+			}
+		}
+		if src.IsValid() && dst.IsValid() {
+			r := masqueradeRule(bridge, src, dst)
+			r.bin = bin
+			rules = append(rules, r)
+		}
+	}
+	return rules
 }

@@ -62,6 +62,9 @@ type Options struct {
 	// (bridge, host-local on this range, portmap; loopback): the CRI reports
 	// NetworkReady only once one exists.
 	PodCIDR netip.Prefix
+	// ClusterCIDR is the pod network of the whole cluster: what pods send
+	// outside it is masqueraded. Default: PodCIDR alone.
+	ClusterCIDR netip.Prefix
 	// Bridge is the pod network's Linux bridge. Default: pv-<8 hex>, from
 	// the same hash as the state directory, so that two podvisors on one
 	// machine never share one.
@@ -119,7 +122,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		}
 	}
 	if o.PodCIDR.IsValid() {
-		if err := setUpPodNetwork(paths, o.Bridge, o.PodCIDR); err != nil {
+		if err := setUpPodNetwork(paths, o.Bridge, o.PodCIDR, o.ClusterCIDR); err != nil {
 			return nil, fmt.Errorf("containerd: %w", err)
 		}
 	}
@@ -388,9 +391,10 @@ func (p *Process) waitCRI(ctx context.Context) error {
 // SetPodCIDR writes the pod network's CNI config for podCIDR (the node's
 // spec.podCIDR, known once the node is registered) and returns once the
 // CRI reports the network ready, so that no sandbox is refused for want of
-// it. Writing the same CIDR again is harmless.
-func (p *Process) SetPodCIDR(ctx context.Context, podCIDR netip.Prefix) error {
-	if err := setUpPodNetwork(p.paths, p.bridge, podCIDR); err != nil {
+// it. What pods send outside clusterCIDR (podCIDR when invalid) is
+// masqueraded. Writing the same CIDRs again is harmless.
+func (p *Process) SetPodCIDR(ctx context.Context, podCIDR, clusterCIDR netip.Prefix) error {
+	if err := setUpPodNetwork(p.paths, p.bridge, podCIDR, clusterCIDR); err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
 	rs, err := criclient.NewRemoteRuntimeService(ctx, p.paths.Endpoint(), 10*time.Second, noop.NewTracerProvider(), false)

@@ -167,6 +167,10 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		cp.Stop()
 		return nil, err
 	}
+	if err := cp.ensureRBAC(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
 	if err := cp.prepareJoins(cctx); err != nil {
 		cp.Stop()
 		return nil, fmt.Errorf("join objects: %w", err)

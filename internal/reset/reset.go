@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/mounts"
+	"github.com/podvisor/podvisor/internal/podnet"
 )
 
 // Result says what Run removed.
@@ -77,6 +78,7 @@ func Run(ctx context.Context, dataDir string, log *slog.Logger) (Result, error) 
 		log.Warn("reset: containerd's state directory", "dir", paths.State, "err", err)
 	}
 	containerd.RemovePodNetwork(paths, "")
+	podnet.RemoveRoutes()
 	return res, nil
 }
 

@@ -40,6 +40,9 @@ type AgentOptions struct {
 	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
 	EvictionMonitoringPeriod time.Duration
 	Runtime                  agent.RuntimeConfig
+	// ClusterCIDR is the cluster's pod network (--cluster-cidr, as the
+	// server's); empty: 10.42.0.0/16.
+	ClusterCIDR string
 }
 
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
@@ -63,6 +66,10 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	}
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
+	}
+	podNetwork, err := clusterCIDR(o.ClusterCIDR)
+	if err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
@@ -117,7 +124,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		creds = credentials{rest: rc, pkiDir: pki, server: server}
+		creds = credentials{rest: rc, kubeconfig: kubeconfig, pkiDir: pki, server: server}
 	case o.Server != "":
 		if creds, err = joinWithToken(ctx, o, dir, ips, stderr); err != nil {
 			if ctx.Err() != nil {
@@ -132,8 +139,8 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	}
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
-		RESTConfig: creds.rest, PKIDir: creds.pkiDir, ServingCertificate: creds.serving, Kubelet: kc, Log: log,
-		Runtime: runtimeConfig(o.Runtime, kc),
+		Kubeconfig: creds.kubeconfig, RESTConfig: creds.rest, PKIDir: creds.pkiDir, ServingCertificate: creds.serving,
+		Kubelet: kc, Log: log, Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -21,10 +21,11 @@ import (
 // credentials are how a joined agent talks to the API server and serves its
 // own API.
 type credentials struct {
-	rest    *rest.Config
-	pkiDir  string // holds ca.crt, the CA the agent API trusts
-	serving func() *tls.Certificate
-	server  string
+	rest       *rest.Config
+	kubeconfig string // the same credentials in a file
+	pkiDir     string // holds ca.crt, the CA the agent API trusts
+	serving    func() *tls.Certificate
+	server     string
 }
 
 // joinWithToken gives the node its credentials from a bootstrap token
@@ -72,7 +73,8 @@ func joinWithToken(ctx context.Context, o AgentOptions, dir string, ips []net.IP
 	if err != nil {
 		return credentials{}, fmt.Errorf("%s: %w (remove the data dir's pki folder to join again)", caFile, err)
 	}
-	if err := join.WriteKubeconfig(filepath.Join(dir, "node.kubeconfig"), pki, o.Server, caPEM); err != nil {
+	kubeconfig := filepath.Join(dir, "node.kubeconfig")
+	if err := join.WriteKubeconfig(kubeconfig, pki, o.Server, caPEM); err != nil {
 		return credentials{}, err
 	}
 	var client kubernetes.Interface
@@ -93,7 +95,7 @@ func joinWithToken(ctx context.Context, o AgentOptions, dir string, ips []net.IP
 	if err != nil {
 		return credentials{}, err
 	}
-	return credentials{rest: rc, pkiDir: pki, serving: serving, server: o.Server}, nil
+	return credentials{rest: rc, kubeconfig: kubeconfig, pkiDir: pki, serving: serving, server: o.Server}, nil
 }
 
 // joinWithKubeconfig uses credentials made elsewhere; the serving
@@ -127,7 +129,7 @@ func joinWithKubeconfig(ctx context.Context, o AgentOptions, dir string, ips []n
 	if err != nil {
 		return credentials{}, err
 	}
-	return credentials{rest: rc, pkiDir: pki, serving: serving, server: rc.Host}, nil
+	return credentials{rest: rc, kubeconfig: o.Kubeconfig, pkiDir: pki, serving: serving, server: rc.Host}, nil
 }
 
 // startServing runs the serving certificate's manager: the certificate

@@ -59,6 +59,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
+	podNetwork, err := clusterCIDR(o.ClusterCIDR)
+	if err != nil {
+		return err
+	}
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return err
@@ -102,7 +106,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	ag, err := agent.New(agent.Config{
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: controlplane.NodeKubeconfig(dir), PKIDir: controlplane.PKIDir(dir), Kubelet: kc, Log: log,
-		Runtime: runtimeConfig(o.Runtime, kc),
+		Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)

@@ -272,4 +272,17 @@ func TestContainerdSecondNodeJoinsThePodNetwork(t *testing.T) {
 	if terminated(pod, "c").ExitCode != 0 || !strings.HasSuffix(strings.TrimSpace(logs), "web-b") {
 		t.Errorf("client on %s: exit code %d, output %q; want web-b's hostname from %s", p.NodeName, terminated(pod, "c").ExitCode, logs, a.NodeName)
 	}
+	// Both published their lease for the pod network across hosts (podnet,
+	// with the node's own credentials); the reach above shows that they
+	// left each other's bridge routes alone, sharing this host.
+	for _, name := range []string{p.NodeName, a.NodeName} {
+		Eventually(t, 30*time.Second, "node "+name+"'s flannel lease", func() (bool, error) {
+			n, err := p.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			ip := n.Annotations["flannel.alpha.coreos.com/public-ip"]
+			return ip != "" && n.Annotations["flannel.alpha.coreos.com/kube-subnet-manager"] == "true", fmt.Errorf("annotations %v", n.Annotations)
+		})
+	}
 }

@@ -104,6 +104,10 @@ func (a *Agent) Start() {
 	if a.Config != "" {
 		args = append(args, "--config", a.Config)
 	}
+	if a.server.clusterCIDR != "" {
+		// The server's pod network, which the agent routes and does not NAT.
+		args = append(args, "--cluster-cidr", a.server.clusterCIDR)
+	}
 	a.cmd = exec.Command(binary, args...)
 	a.cmd.Env = append(os.Environ(), noSystemBus)
 	a.stderr = &syncBuffer{}
