@@ -191,12 +191,8 @@ func TestMultiNode(t *testing.T) {
 	if err := os.WriteFile(kubeletConfig, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: 8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	agentArgs := append(join.args(), "--runtime", "containerd", "--config", kubeletConfig)
-	// TODO: always, once the podnet branch (the agent's --cluster-cidr:
-	// routed, not masqueraded) is merged.
-	if help, _ := exec.Command(binary, "agent", "--help").CombinedOutput(); strings.Contains(string(help), "-cluster-cidr") {
-		agentArgs = append(agentArgs, "--cluster-cidr", clusterCIDR.String())
-	}
+	// The agents route and do not masquerade the server's pod network.
+	agentArgs := append(join.args(), "--runtime", "containerd", "--config", kubeletConfig, "--cluster-cidr", clusterCIDR.String())
 	agents := lab.startAgents(t, nodes, agentArgs...)
 	ctx := context.Background()
 
