@@ -76,6 +76,24 @@ func killLeftovers(dataDir string) {
 	for _, pid := range processesWhoseEnv(func(env []byte) bool { return bytes.Contains(env, []byte(dataDir)) }) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// Containers of the data dir's containerd whose shim is gone (a sandbox
+	// removed by the clean-up's purge while the agent was stopping it
+	// gracefully left them under init, seen with TestRecreatedPodsStartPromptly):
+	// their root file system is a snapshot under the data dir.
+	for _, pid := range processesWhose("mountinfo", func(mi []byte) bool { return rootMountFrom(mi, dataDir) }) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// rootMountFrom reports whether a process's mountinfo has its "/" mounted
+// from a path under dir (an overlay of a snapshot there).
+func rootMountFrom(mountinfo []byte, dir string) bool {
+	for _, line := range bytes.Split(mountinfo, []byte("\n")) {
+		if f := bytes.Fields(line); len(f) > 4 && string(f[4]) == "/" && bytes.Contains(line, []byte(dir+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // unmountUnder lazily unmounts every mount point whose path starts with prefix.
@@ -93,7 +111,11 @@ func unmountUnder(prefix string) {
 
 // processesWhoseEnv lists the live processes (zombies are dead) other than
 // this one whose environment matches.
-func processesWhoseEnv(match func(env []byte) bool) []int {
+func processesWhoseEnv(match func(env []byte) bool) []int { return processesWhose("environ", match) }
+
+// processesWhose lists the live processes other than this one whose
+// /proc/PID/<file> matches.
+func processesWhose(file string, match func([]byte) bool) []int {
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -101,8 +123,8 @@ func processesWhoseEnv(match func(env []byte) bool) []int {
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !match(env) {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/" + file)
+		if err != nil || !match(b) {
 			continue
 		}
 		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
