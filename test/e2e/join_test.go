@@ -209,8 +209,26 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 
 	// A restart needs no token: the node has its certificate.
 	agent.Stop()
-	startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--server", join[3], "--node-name", "joined",
+	again := startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--server", join[3], "--node-name", "joined",
 		"--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
+	again.Stop()
+
+	// --kubeconfig joins with credentials made elsewhere: here the node's
+	// own kubeconfig, copied out of its data dir; the pod is still served.
+	kubeconfig := filepath.Join(t.TempDir(), "elsewhere.kubeconfig")
+	b, err := os.ReadFile(filepath.Join(agentDir, "node.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--kubeconfig", kubeconfig, "--node-name", "joined",
+		"--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
+	Eventually(t, time.Minute, "logs through the API server after the --kubeconfig join", func() (bool, error) {
+		b, err := admin.CoreV1().Pods(ns).GetLogs("rotation", &v1.PodLogOptions{}).DoRaw(ctx)
+		return err == nil && strings.Contains(string(b), "still here"), err
+	})
 }
 
 // checkAgentAPIAuthorization calls the agent API of node "joined" directly
