@@ -167,11 +167,16 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		cp.Stop()
 		return nil, err
 	}
-	if err := cp.ensureRBAC(ctx); err != nil {
+	admin, err := adminClient(cfg.DataDir)
+	if err != nil {
 		cp.Stop()
 		return nil, err
 	}
-	if err := cp.prepareJoins(cctx); err != nil {
+	if err := ensureRBAC(ctx, admin); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	if err := cp.prepareJoins(cctx, admin); err != nil {
 		cp.Stop()
 		return nil, fmt.Errorf("join objects: %w", err)
 	}
@@ -334,15 +339,7 @@ func (cp *ControlPlane) schedulerArgs() []string {
 
 // prepareJoins publishes cluster-info and the bootstrap bindings (nodes join
 // with tokens) and approves nodes' serving certificates.
-func (cp *ControlPlane) prepareJoins(ctx context.Context) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(cp.cfg.DataDir))
-	if err != nil {
-		return err
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
+func (cp *ControlPlane) prepareJoins(ctx context.Context, c kubernetes.Interface) error {
 	caPEM, err := os.ReadFile(cp.pki.Path(caCert))
 	if err != nil {
 		return err
@@ -356,6 +353,15 @@ func (cp *ControlPlane) prepareJoins(ctx context.Context) error {
 		bootstrap.RunServingApprover(ctx, c, slog.Default())
 	}()
 	return nil
+}
+
+// adminClient is a client with the data dir's admin credentials.
+func adminClient(dataDir string) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(dataDir))
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(rc)
 }
 
 // CAFile is the cluster CA's certificate.

@@ -8,7 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // nodeNetworkRole lets nodes read every Node: each agent's pod network
@@ -20,15 +19,7 @@ import (
 const nodeNetworkRole = "podvisor:node-network"
 
 // ensureRBAC creates or updates podvisor's own roles and bindings.
-func (cp *ControlPlane) ensureRBAC(ctx context.Context) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(cp.cfg.DataDir))
-	if err != nil {
-		return err
-	}
-	c, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return err
-	}
+func ensureRBAC(ctx context.Context, c kubernetes.Interface) error {
 	meta := metav1.ObjectMeta{Name: nodeNetworkRole, Labels: map[string]string{"app.kubernetes.io/managed-by": "podvisor"}}
 	role := &rbacv1.ClusterRole{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"},
@@ -38,7 +29,7 @@ func (cp *ControlPlane) ensureRBAC(ctx context.Context) error {
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
 	}
 	roles, bindings := c.RbacV1().ClusterRoles(), c.RbacV1().ClusterRoleBindings()
-	_, err = roles.Create(ctx, role, metav1.CreateOptions{})
+	_, err := roles.Create(ctx, role, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		_, err = roles.Update(ctx, role, metav1.UpdateOptions{})
 	}

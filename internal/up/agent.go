@@ -151,7 +151,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		}
 		return fmt.Errorf("agent: %w", err)
 	}
-	if err := waitNodeReady(ctx, creds.rest, o.NodeName, false); err != nil {
+	if err := waitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -118,7 +118,13 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := waitNodeReady(ctx, adminCfg, o.NodeName, true); err != nil {
+	err = waitNodeReady(ctx, adminCfg, o.NodeName)
+	if err == nil {
+		// The first thing a user does is create a pod in "default": that
+		// needs the service account the controller manager makes.
+		err = waitServiceAccount(ctx, datadir.AdminKubeconfig(dir))
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -227,25 +233,16 @@ func setupLogging(path string, verbose bool, stderr io.Writer) (*slog.Logger, fu
 	return log, func() { klog.Flush(); f.Close() }, nil
 }
 
-// waitNodeReady waits for the node to be Ready and, with withSA (an admin's
-// rc), for the default service account.
-func waitNodeReady(ctx context.Context, rc *rest.Config, name string, withSA bool) error {
+// waitNodeReady waits for the node to be Ready.
+func waitNodeReady(ctx context.Context, rc *rest.Config, name string) error {
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil && nodeIsReady(n) && !withSA {
+		if n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil && nodeIsReady(n) {
 			return nil
-		}
-		if err == nil && nodeIsReady(n) {
-			// The first thing a user does is create a pod in "default": that
-			// needs the service account the controller manager makes.
-			if _, err := c.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err == nil {
-				return nil
-			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

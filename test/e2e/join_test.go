@@ -1,18 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -28,55 +22,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
-// daemon is a long-running podvisor command (server or agent) started by a test.
-type daemon struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	exited chan struct{}
-}
-
-// startDaemon runs podvisor with args (prefixed by wrap, e.g. `ip netns exec
-// NS`), waits for a stdout line starting with ready and stops it (SIGTERM)
-// when the test ends.
-func startDaemon(t *testing.T, wrap []string, ready string, args ...string) *daemon {
+// startDaemon runs podvisor with args until the test ends (SIGTERM), once
+// its first stdout line is ready.
+func startDaemon(t *testing.T, ready string, args ...string) *labDaemon {
 	t.Helper()
-	argv := append(append(append([]string{}, wrap...), binary), args...)
-	d := &daemon{cmd: exec.Command(argv[0], argv[1:]...), stderr: &syncBuffer{}, exited: make(chan struct{})}
-	d.cmd.Stderr = d.stderr
-	out, err := d.cmd.StdoutPipe()
+	d, err := startLabDaemon(t, "podvisor "+args[0], exec.Command(binary, args...), ready, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	t.Cleanup(d.Stop)
-	lines := make(chan string, 4)
-	go func() {
-		s := bufio.NewScanner(out)
-		for s.Scan() {
-			lines <- s.Text()
-		}
-		close(lines)
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, ready) {
-			t.Fatalf("podvisor %v: first line %q, want %q…; stderr:\n%s", args, line, ready, d.stderr)
-		}
-	case <-d.exited:
-		t.Fatalf("podvisor %v exited before ready; stderr:\n%s", args, d.stderr)
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("podvisor %v not ready after 3m; stderr:\n%s", args, d.stderr)
-	}
 	return d
 }
-
-// Stop sends SIGTERM and waits (a minute, then kills).
-func (d *daemon) Stop() { terminate(d.cmd, d.exited) }
 
 // leafSerial reads the serial of the first certificate in a PEM file.
 func leafSerial(t *testing.T, path string) string {
@@ -119,7 +79,7 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 	// Containers outlive their agent by design: kill them once it stopped.
 	t.Cleanup(func() { killLeftovers(agentDir) })
 	api := freePort(t)
-	startDaemon(t, nil, "podvisor server is ready", "server", "--data-dir", serverDir, "--api-port", fmt.Sprint(api),
+	startDaemon(t, "podvisor server is ready: export KUBECONFIG="+filepath.Join(serverDir, "admin.kubeconfig"), "server", "--data-dir", serverDir, "--api-port", fmt.Sprint(api),
 		"--bind-address", "127.0.0.1", "--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
 		"--cluster-signing-duration", "3m")
 	stdout, stderr, code := runPodvisor(t, 30*time.Second, "token", "create", "--data-dir", serverDir, "--ttl", "10m", "--print-join-command")
@@ -132,7 +92,7 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 	}
 	agentPort := freePort(t)
 	agentArgs := append(join[1:], "--node-name", "joined", "--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(agentPort))
-	agent := startDaemon(t, nil, "podvisor agent is ready: node joined", agentArgs...)
+	agent := startDaemon(t, "podvisor agent is ready: node joined", agentArgs...)
 
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(serverDir, "admin.kubeconfig"))
 	if err != nil {
@@ -209,7 +169,7 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 
 	// A restart needs no token: the node has its certificate.
 	agent.Stop()
-	again := startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--server", join[3], "--node-name", "joined",
+	again := startDaemon(t, "podvisor agent is ready: node joined", "agent", "--server", join[3], "--node-name", "joined",
 		"--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
 	again.Stop()
 
@@ -223,7 +183,7 @@ func TestJoinByTokenRotatesCertificates(t *testing.T) {
 	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startDaemon(t, nil, "podvisor agent is ready: node joined", "agent", "--kubeconfig", kubeconfig, "--node-name", "joined",
+	startDaemon(t, "podvisor agent is ready: node joined", "agent", "--kubeconfig", kubeconfig, "--node-name", "joined",
 		"--data-dir", agentDir, "--runtime", "process", "--agent-port", fmt.Sprint(freePort(t)))
 	Eventually(t, time.Minute, "logs through the API server after the --kubeconfig join", func() (bool, error) {
 		b, err := admin.CoreV1().Pods(ns).GetLogs("rotation", &v1.PodLogOptions{}).DoRaw(ctx)
@@ -291,24 +251,13 @@ func checkAgentAPIAuthorization(t *testing.T, admin kubernetes.Interface, server
 // issueClientCert signs a client certificate for user with the server's CA key.
 func issueClientCert(t *testing.T, serverDir, user string) tls.Certificate {
 	t.Helper()
-	ca, err := tls.LoadX509KeyPair(filepath.Join(serverDir, "pki", "ca.crt"), filepath.Join(serverDir, "pki", "ca.key"))
+	certPEM, keyPEM, err := controlplane.PKI{Dir: controlplane.PKIDir(serverDir)}.IssueClient(user, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, err := x509.ParseCertificate(ca.Certificate[0])
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: user},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), ca.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return cert
 }
