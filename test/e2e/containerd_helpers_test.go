@@ -19,12 +19,52 @@ import (
 	"github.com/podvisor/podvisor/test/images"
 )
 
-// clusterCIDRs counts the pod networks handed out: 10.100.0.0/16 onwards,
-// one per podvisor of this test binary.
+// clusterCIDRs counts the pod networks tried: 10.100.0.0/16 onwards, one per
+// podvisor.
 var clusterCIDRs atomic.Int32
 
+// cidrClaims holds a file per claimed pod network, naming the test binary's
+// PID: e2e runs of several checkouts at once never give two podvisors one
+// subnet (their routes and masquerade rules would collide).
+const cidrClaims = "/tmp/podvisor-e2e-cidrs"
+
 func nextClusterCIDR() string {
+	_ = os.MkdirAll(cidrClaims, 0o755)
+	for range 150 {
+		n := 100 + clusterCIDRs.Add(1)%150
+		if claimSubnet(n) {
+			return fmt.Sprintf("10.%d.0.0/16", n)
+		}
+	}
+	// Every subnet claimed: share one rather than fail the test.
 	return fmt.Sprintf("10.%d.0.0/16", 100+clusterCIDRs.Add(1)%150)
+}
+
+// claimSubnet takes 10.n/16 for this process unless a live process holds it.
+func claimSubnet(n int32) bool {
+	path := fmt.Sprintf("%s/10.%d", cidrClaims, n)
+	me := strconv.Itoa(os.Getpid())
+	for range 2 {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			_, _ = f.WriteString(me)
+			_ = f.Close()
+			return true
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if string(b) == me {
+			return true
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) == nil {
+			return false
+		}
+		_ = os.Remove(path) // its process is gone
+	}
+	return false
 }
 
 // needContainerd skips a test of the containerd runtime on a machine that
