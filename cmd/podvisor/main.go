@@ -20,6 +20,8 @@ Usage:
   podvisor timeline [-n NS] POD [-o table|json|trace] [-w]
                              every step of a pod's lifecycle, to the millisecond
   podvisor image import|ls   import images from tars into the node's containerd, list them
+  podvisor etcd-snapshot save [--name N]|ls|delete NAME
+                             snapshots of the cluster's etcd (restore: up --cluster-reset-restore-path)
   podvisor reset [--data-dir DIR]
                              remove the pods, containers and network a stopped podvisor left running
   podvisor version           print versions
@@ -51,6 +53,8 @@ func main() {
 		err = runImage(args)
 	case "timeline":
 		err = runTimeline(args)
+	case "etcd-snapshot":
+		err = runEtcdSnapshot(args)
 	case "reset":
 		err = runReset(args)
 	case shimCommand:

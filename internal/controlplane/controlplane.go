@@ -58,6 +58,9 @@ type Config struct {
 	// SigningDuration is the lifetime of the certificates the controller
 	// manager signs (node client and serving certificates); 0: a year.
 	SigningDuration time.Duration
+	// RestoreSnapshot is an etcd snapshot to restore before etcd starts
+	// (--cluster-reset-restore-path); empty: none.
+	RestoreSnapshot string
 }
 
 // ControlPlane is a running control plane.
@@ -149,7 +152,12 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
 
 	cp := &ControlPlane{cfg: cfg, pki: PKI{Dir: PKIDir(cfg.DataDir)}, errs: make(chan error, 4)}
-	e, err := startEtcd(filepath.Join(cfg.DataDir, "etcd"), cfg.EtcdClientPort, cfg.EtcdPeerPort, cfg.LogFile)
+	if cfg.RestoreSnapshot != "" {
+		if err := restoreEtcd(cfg); err != nil {
+			return nil, err
+		}
+	}
+	e, err := startEtcd(EtcdDir(cfg.DataDir), cfg.EtcdClientPort, cfg.EtcdPeerPort, cfg.LogFile)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}

@@ -2,20 +2,55 @@ package controlplane
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
+	"path/filepath"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/podvisor/podvisor/internal/etcdsnapshot"
 )
+
+// The embedded etcd's member name and cluster token; a restored snapshot
+// must be given the same.
+const (
+	etcdName  = "podvisor"
+	etcdToken = "etcd-cluster"
+)
+
+// EtcdDir is the embedded etcd's data dir.
+func EtcdDir(dataDir string) string { return filepath.Join(dataDir, "etcd") }
+
+func etcdPeerURL(peerPort int) url.URL {
+	return url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+}
+
+// restoreEtcd replaces the etcd data dir with the snapshot file's contents
+// (the old one moved aside), before etcd starts.
+func restoreEtcd(cfg Config) error {
+	peer := etcdPeerURL(cfg.EtcdPeerPort)
+	aside, err := etcdsnapshot.Restore(etcdsnapshot.Member{
+		Name: etcdName, PeerURL: peer.String(), Token: etcdToken,
+		EtcdDir: EtcdDir(cfg.DataDir), DataDir: cfg.DataDir, Snapshot: cfg.RestoreSnapshot,
+	}, time.Now())
+	if err != nil {
+		return err
+	}
+	slog.Warn("etcd restored from a snapshot; the previous etcd data is kept aside",
+		"snapshot", cfg.RestoreSnapshot, "previous", aside)
+	return nil
+}
 
 // startEtcd runs a single-member etcd on loopback with its data in dir.
 func startEtcd(dir string, clientPort, peerPort int, logFile string) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
-	cfg.Name = "podvisor"
+	cfg.Name = etcdName
+	cfg.InitialClusterToken = etcdToken
 	cfg.Dir = dir
 	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", clientPort)}
-	peer := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", peerPort)}
+	peer := etcdPeerURL(peerPort)
 	cfg.ListenClientUrls = []url.URL{client}
 	cfg.AdvertiseClientUrls = []url.URL{client}
 	cfg.ListenPeerUrls = []url.URL{peer}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/etcdsnapshot"
 	"github.com/podvisor/podvisor/internal/node"
 )
 
@@ -32,6 +33,7 @@ type ServerOptions struct {
 	NodeMonitorGracePeriod   time.Duration
 	SigningDuration          time.Duration // node certificates' lifetime (tests shorten it)
 	Verbose                  bool
+	Snapshots                etcdsnapshot.Options
 }
 
 // RunServer starts the control plane and blocks until ctx ends.
@@ -76,11 +78,17 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		return err
 	}
 	defer closeLog()
+	// A server has no node: its snapshots carry the machine's name, as k3s's.
+	snapshots, err := snapshotSchedule(&o.Snapshots, dir, defaultNodeName(), st.EtcdClientPort, log)
+	if err != nil {
+		return err
+	}
 	cfg := controlplane.Config{
 		DataDir: dir, APIPort: o.APIPort, HostIP: advertise, BindAddress: bind, SANs: o.SANs,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
 		ClusterCIDR: o.ClusterCIDR, SigningDuration: o.SigningDuration, LogFile: logFile,
+		RestoreSnapshot: o.Snapshots.RestorePath,
 	}
 	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {
@@ -95,6 +103,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
+	runSnapshots(ctx, snapshots)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")

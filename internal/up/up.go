@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/config"
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/etcdsnapshot"
 	"github.com/podvisor/podvisor/internal/node"
 )
 
@@ -47,6 +48,8 @@ type Options struct {
 	Runtime agent.RuntimeConfig
 	// ClusterCIDR is the pod network (--cluster-cidr); empty: 10.42.0.0/16.
 	ClusterCIDR string
+	// Snapshots are the etcd snapshot schedule and restore flags.
+	Snapshots etcdsnapshot.Options
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -88,13 +91,17 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeLog()
+	snapshots, err := snapshotSchedule(&o.Snapshots, dir, o.NodeName, st.EtcdClientPort, log)
+	if err != nil {
+		return err
+	}
 
 	hostIP := node.HostIP()
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
-		ClusterCIDR: o.ClusterCIDR,
+		ClusterCIDR: o.ClusterCIDR, RestoreSnapshot: o.Snapshots.RestorePath,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
@@ -132,6 +139,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
+	runSnapshots(ctx, snapshots)
 
 	select {
 	case <-ctx.Done():
