@@ -88,8 +88,9 @@ func hasForeign(entries []os.DirEntry) bool {
 	for _, e := range entries {
 		switch e.Name() {
 		// images/ is the air-gap folder and registries.yaml the registry
-		// mirrors (internal/containerd), both written before the first start.
-		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml":
+		// mirrors (internal/containerd), manifests/ the objects applied at
+		// start (internal/manifests), all written before the first start.
+		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml", "manifests":
 		default:
 			return true
 		}

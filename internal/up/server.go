@@ -104,6 +104,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
 	runSnapshots(ctx, snapshots)
+	runManifests(ctx, dir, log)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")

@@ -140,6 +140,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
 	runSnapshots(ctx, snapshots)
+	runManifests(ctx, dir, log)
 
 	select {
 	case <-ctx.Done():
