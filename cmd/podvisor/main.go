@@ -22,6 +22,8 @@ Usage:
   podvisor image import|ls   import images from tars into the node's containerd, list them
   podvisor etcd-snapshot save [--name N]|ls|delete NAME
                              snapshots of the cluster's etcd (restore: up --cluster-reset-restore-path)
+  podvisor crictl ps|pods|images|logs|inspect|…
+                             the CRI client for the node's containerd (works without the API)
   podvisor reset [--data-dir DIR]
                              remove the pods, containers and network a stopped podvisor left running
   podvisor version           print versions
@@ -55,6 +57,8 @@ func main() {
 		err = runTimeline(args)
 	case "etcd-snapshot":
 		err = runEtcdSnapshot(args)
+	case "crictl":
+		err = runCrictl(args)
 	case "reset":
 		err = runReset(args)
 	case shimCommand:
