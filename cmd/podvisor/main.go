@@ -24,6 +24,8 @@ Usage:
                              snapshots of the cluster's etcd (restore: up --cluster-reset-restore-path)
   podvisor crictl ps|pods|images|logs|inspect|…
                              the CRI client for the node's containerd (works without the API)
+  podvisor install up|server|agent [FLAGS...] | uninstall [--remove-data]
+                             run podvisor as a systemd service (podvisor.service), or remove it
   podvisor reset [--data-dir DIR]
                              remove the pods, containers and network a stopped podvisor left running
   podvisor version           print versions
@@ -59,6 +61,10 @@ func main() {
 		err = runEtcdSnapshot(args)
 	case "crictl":
 		err = runCrictl(args)
+	case "install":
+		err = runInstall(args)
+	case "uninstall":
+		err = runUninstall(args)
 	case "reset":
 		err = runReset(args)
 	case shimCommand:

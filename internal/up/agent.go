@@ -17,6 +17,7 @@ import (
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/service"
 )
 
 // AgentOptions are the flags of `podvisor agent`: a node agent joining a
@@ -48,6 +49,7 @@ type AgentOptions struct {
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
 // goes to stdout once the node is Ready.
 func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) error {
+	notify := service.TakeNotifySocket() // before the API server can take it
 	modes := 0
 	for _, set := range []bool{o.Server != "", o.Kubeconfig != "", o.ServerDataDir != ""} {
 		if set {
@@ -159,8 +161,10 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "podvisor agent is ready: node %s\n", o.NodeName)
 	log.Info("podvisor agent is ready", "node", o.NodeName, "server", creds.server)
+	notifyReady(log, notify, "node "+o.NodeName+" is Ready")
 	<-ctx.Done()
 	log.Info("stopping")
+	notify.Stopping()
 	return nil
 }
 

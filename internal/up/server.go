@@ -16,6 +16,7 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/etcdsnapshot"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/service"
 )
 
 // ServerOptions are the flags of `podvisor server`: the control plane
@@ -38,6 +39,7 @@ type ServerOptions struct {
 
 // RunServer starts the control plane and blocks until ctx ends.
 func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) error {
+	notify := service.TakeNotifySocket() // before the API server can take it
 	dir, err := filepath.Abs(o.DataDir)
 	if err != nil {
 		return err
@@ -103,11 +105,13 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
+	notifyReady(log, notify, "control plane is ready")
 	runSnapshots(ctx, snapshots)
 	runManifests(ctx, dir, log)
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
+		notify.Stopping()
 		return nil
 	case err := <-cp.Err():
 		return fmt.Errorf("control plane stopped: %w", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/etcdsnapshot"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/service"
 )
 
 // Options are the flags of `podvisor up`.
@@ -55,6 +56,7 @@ type Options struct {
 // Run starts podvisor and blocks until ctx ends, then stops everything.
 // The ready line goes to stdout; a warning about ignored config goes to stderr.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	notify := service.TakeNotifySocket() // before the API server can take it
 	kc, ignored, err := config.Load(o.ConfigFile)
 	if err != nil {
 		return err
@@ -139,12 +141,14 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
+	notifyReady(log, notify, "node "+o.NodeName+" is Ready")
 	runSnapshots(ctx, snapshots)
 	runManifests(ctx, dir, log)
 
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
+		notify.Stopping()
 		return nil
 	case err := <-cp.Err():
 		return fmt.Errorf("control plane stopped: %w", err)
