@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -30,17 +31,25 @@ func etcdPeerURL(peerPort int) url.URL {
 // restoreEtcd replaces the etcd data dir with the snapshot file's contents
 // (the old one moved aside), before etcd starts.
 func restoreEtcd(cfg Config) error {
+	if last, ok := etcdsnapshot.LastRestored(cfg.DataDir); ok {
+		if info, err := os.Stat(cfg.RestoreSnapshot); err == nil && etcdsnapshot.SameFile(last, cfg.RestoreSnapshot, info) {
+			slog.Warn("etcd was restored from this snapshot already: not restoring it again (remove --cluster-reset-restore-path)",
+				"snapshot", cfg.RestoreSnapshot, "restoredAt", last.At)
+			return nil
+		}
+	}
 	peer := etcdPeerURL(cfg.EtcdPeerPort)
+	now := time.Now()
 	aside, err := etcdsnapshot.Restore(etcdsnapshot.Member{
 		Name: etcdName, PeerURL: peer.String(), Token: etcdToken,
 		EtcdDir: EtcdDir(cfg.DataDir), DataDir: cfg.DataDir, Snapshot: cfg.RestoreSnapshot,
-	}, time.Now())
+	}, now)
 	if err != nil {
 		return err
 	}
 	slog.Warn("etcd restored from a snapshot; the previous etcd data is kept aside",
 		"snapshot", cfg.RestoreSnapshot, "previous", aside)
-	return nil
+	return etcdsnapshot.RecordRestore(cfg.DataDir, cfg.RestoreSnapshot, now)
 }
 
 // startEtcd runs a single-member etcd on loopback with its data in dir.

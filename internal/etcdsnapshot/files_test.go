@@ -110,3 +110,34 @@ func TestRestoreOfANonSnapshotChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+type fakeInfo struct {
+	os.FileInfo
+	size int64
+	mod  time.Time
+}
+
+func (f fakeInfo) Size() int64        { return f.size }
+func (f fakeInfo) ModTime() time.Time { return f.mod }
+
+// A restore flag left in place restores only once: the same file (path,
+// size, modification time) is not restored again.
+func TestSameFile(t *testing.T) {
+	mod := time.Unix(500, 0)
+	last := Restored{Snapshot: "/s/a", Size: 10, ModTime: mod}
+	for _, tc := range []struct {
+		name string
+		path string
+		info fakeInfo
+		want bool
+	}{
+		{"same", "/s/a", fakeInfo{size: 10, mod: mod}, true},
+		{"other path", "/s/b", fakeInfo{size: 10, mod: mod}, false},
+		{"rewritten: size", "/s/a", fakeInfo{size: 11, mod: mod}, false},
+		{"rewritten: time", "/s/a", fakeInfo{size: 10, mod: mod.Add(time.Second)}, false},
+	} {
+		if got := SameFile(last, tc.path, tc.info); got != tc.want {
+			t.Errorf("%s: SameFile = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

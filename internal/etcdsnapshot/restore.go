@@ -1,6 +1,8 @@
 package etcdsnapshot
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -83,4 +85,47 @@ func restoreInto(m Member, dir string) (err error) {
 		RevisionBump:        1_000_000_000,
 		MarkCompacted:       true,
 	})
+}
+
+// Restored records the snapshot a data dir was last restored from, so that
+// a restore flag left in place (in a service's unit, say) does not restore
+// the same file again at every start and lose what happened since.
+type Restored struct {
+	Snapshot string    `json:"snapshot"`
+	Size     int64     `json:"size"`
+	ModTime  time.Time `json:"modTime"`
+	At       time.Time `json:"restoredAt"`
+}
+
+func restoredPath(dataDir string) string { return filepath.Join(dataDir, "db", "restored.json") }
+
+// LastRestored reads the record; ok is false when there is none.
+func LastRestored(dataDir string) (r Restored, ok bool) {
+	b, err := os.ReadFile(restoredPath(dataDir))
+	if err != nil || json.Unmarshal(b, &r) != nil {
+		return Restored{}, false
+	}
+	return r, true
+}
+
+// SameFile decides whether the snapshot file is the one last restored:
+// the same path, size and modification time.
+func SameFile(last Restored, path string, info os.FileInfo) bool {
+	return last.Snapshot == path && last.Size == info.Size() && last.ModTime.Equal(info.ModTime())
+}
+
+// RecordRestore writes the record after a restore.
+func RecordRestore(dataDir, path string, now time.Time) error {
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(Restored{Snapshot: path, Size: info.Size(), ModTime: info.ModTime(), At: now}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(restoredPath(dataDir), append(b, '\n'), 0o600); err != nil {
+		return errors.Join(fmt.Errorf("recording the restore"), err)
+	}
+	return nil
 }
