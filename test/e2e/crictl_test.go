@@ -79,3 +79,38 @@ func rowWith(table string, cells ...string) bool {
 	}
 	return false
 }
+
+// crictl is for when the API does not answer: with the control plane
+// stopped, a joined node's containers are still listed and their logs read.
+func TestCrictlWithTheAPIServerDown(t *testing.T) {
+	t.Parallel()
+	p := NewContainerdPodvisor(t)
+	p.Start()
+	a := p.newAgent(t, "crictl-agent", "")
+	a.Start()
+	ns := p.Namespace("crictl-down")
+	pod := p.pod(ns, "survivor", v1.RestartPolicyAlways, sh("keeper", "echo still-here; exec sleep 3600"))
+	pod.Spec.NodeName = a.NodeName
+	p.create(t, pod)
+	p.waitRunning(t, ns, "survivor")
+	p.Stop()
+
+	crictl := func(args ...string) string {
+		t.Helper()
+		out, stderr, code := runPodvisor(t, time.Minute, append([]string{"crictl", "--data-dir", a.DataDir}, args...)...)
+		if code != 0 {
+			t.Fatalf("podvisor crictl %v: exit %d: %s", args, code, stderr)
+		}
+		return out
+	}
+	if ps := crictl("ps"); !rowWith(ps, "keeper", "survivor", ns, "Running") {
+		t.Fatalf("with the API server down, crictl ps lists no running keeper:\n%s", ps)
+	}
+	ids := strings.Fields(crictl("ps", "-q", "--pod", strings.Fields(crictl("pods", "-q", "--name", "^survivor$"))[0]))
+	if len(ids) != 1 {
+		t.Fatalf("containers of the survivor sandbox: %q", ids)
+	}
+	if out := crictl("logs", ids[0]); out != "still-here\n" {
+		t.Errorf("crictl logs = %q, want still-here", out)
+	}
+}
