@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
@@ -35,7 +36,7 @@ works while the API server is down.
 Commands:
   ps [-a] [-q] [--name RE] [--pod ID] [--no-trunc] [-o table|json]   containers (running; -a all)
   pods [-q] [--name RE] [--no-trunc] [-o table|json]                 pod sandboxes
-  images [-q] [--no-trunc] [-o table|json]                           images
+  images [-q] [--name RE] [--no-trunc] [-o table|json]              images
   inspect ID...     a container's status and runtime info (JSON)
   inspectp ID...    a pod sandbox's status and runtime info (JSON)
   inspecti IMAGE... an image's status (JSON)
@@ -165,14 +166,77 @@ func (c *cli) listFlagSet(name string, lf *listFlags) *flag.FlagSet {
 	return fs
 }
 
+// listing is how ps, pods and images print their lists.
+type listing[T any] struct {
+	id, name func(T) string
+	created  func(T) int64 // nil: the runtime's order
+	json     func([]T) proto.Message
+	header   []string
+	rows     func([]T, time.Time, bool) [][]string
+}
+
+// print filters by --name, orders newest first, and prints IDs (-q), JSON
+// (-o json) or the table.
+func (l listing[T]) print(c *cli, lf listFlags, items []T) error {
+	re, err := regexp.Compile(lf.name)
+	if err != nil {
+		return fmt.Errorf("--name: %v", err)
+	}
+	var keep []T
+	for _, it := range items {
+		if re.MatchString(l.name(it)) {
+			keep = append(keep, it)
+		}
+	}
+	if l.created != nil {
+		slices.SortStableFunc(keep, func(a, b T) int { return cmp.Compare(l.created(b), l.created(a)) })
+	}
+	switch {
+	case lf.quiet:
+		for _, it := range keep {
+			fmt.Fprintln(c.out, l.id(it))
+		}
+		return nil
+	case lf.output == "json":
+		return c.json(l.json(keep))
+	case lf.output != "table":
+		return fmt.Errorf("-o %q: want table or json", lf.output)
+	}
+	return writeTable(c.out, l.header, l.rows(keep, time.Now(), lf.noTrunc))
+}
+
+var (
+	containersListing = listing[*runtimeapi.Container]{
+		id:      (*runtimeapi.Container).GetId,
+		name:    func(x *runtimeapi.Container) string { return x.GetMetadata().GetName() },
+		created: (*runtimeapi.Container).GetCreatedAt,
+		json: func(xs []*runtimeapi.Container) proto.Message {
+			return &runtimeapi.ListContainersResponse{Containers: xs}
+		},
+		header: psHeader, rows: psRows,
+	}
+	podsListing = listing[*runtimeapi.PodSandbox]{
+		id:      (*runtimeapi.PodSandbox).GetId,
+		name:    func(x *runtimeapi.PodSandbox) string { return x.GetMetadata().GetName() },
+		created: (*runtimeapi.PodSandbox).GetCreatedAt,
+		json:    func(xs []*runtimeapi.PodSandbox) proto.Message { return &runtimeapi.ListPodSandboxResponse{Items: xs} },
+		header:  podsHeader, rows: podsRows,
+	}
+	imagesListing = listing[*runtimeapi.Image]{
+		id: (*runtimeapi.Image).GetId,
+		name: func(x *runtimeapi.Image) string {
+			return strings.Join(append(x.GetRepoTags(), x.GetRepoDigests()...), " ")
+		},
+		json:   func(xs []*runtimeapi.Image) proto.Message { return &runtimeapi.ListImagesResponse{Images: xs} },
+		header: imagesHeader,
+		rows:   func(xs []*runtimeapi.Image, _ time.Time, noTrunc bool) [][]string { return imagesRows(xs, noTrunc) },
+	}
+)
+
 func (c *cli) ps(ctx context.Context, args []string) error {
 	var lf listFlags
 	if _, err := parse(c.listFlagSet("ps", &lf), args); err != nil {
 		return err
-	}
-	re, err := regexp.Compile(lf.name)
-	if err != nil {
-		return fmt.Errorf("--name: %v", err)
 	}
 	if err := c.connect(ctx); err != nil {
 		return err
@@ -185,33 +249,13 @@ func (c *cli) ps(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var keep []*runtimeapi.Container
-	for _, ct := range cs {
-		if re.MatchString(ct.GetMetadata().GetName()) {
-			keep = append(keep, ct)
-		}
-	}
-	sortByCreated(keep, func(x *runtimeapi.Container) int64 { return x.GetCreatedAt() })
-	switch {
-	case lf.quiet:
-		for _, ct := range keep {
-			fmt.Fprintln(c.out, ct.GetId())
-		}
-		return nil
-	case lf.output == "json":
-		return c.json(&runtimeapi.ListContainersResponse{Containers: keep})
-	}
-	return writeTable(c.out, psHeader, psRows(keep, time.Now(), lf.noTrunc))
+	return containersListing.print(c, lf, cs)
 }
 
 func (c *cli) pods(ctx context.Context, args []string) error {
 	var lf listFlags
 	if _, err := parse(c.listFlagSet("pods", &lf), args); err != nil {
 		return err
-	}
-	re, err := regexp.Compile(lf.name)
-	if err != nil {
-		return fmt.Errorf("--name: %v", err)
 	}
 	if err := c.connect(ctx); err != nil {
 		return err
@@ -220,23 +264,7 @@ func (c *cli) pods(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	var keep []*runtimeapi.PodSandbox
-	for _, p := range ps {
-		if re.MatchString(p.GetMetadata().GetName()) {
-			keep = append(keep, p)
-		}
-	}
-	sortByCreated(keep, func(x *runtimeapi.PodSandbox) int64 { return x.GetCreatedAt() })
-	switch {
-	case lf.quiet:
-		for _, p := range keep {
-			fmt.Fprintln(c.out, p.GetId())
-		}
-		return nil
-	case lf.output == "json":
-		return c.json(&runtimeapi.ListPodSandboxResponse{Items: keep})
-	}
-	return writeTable(c.out, podsHeader, podsRows(keep, time.Now(), lf.noTrunc))
+	return podsListing.print(c, lf, ps)
 }
 
 func (c *cli) images(ctx context.Context, args []string) error {
@@ -251,16 +279,7 @@ func (c *cli) images(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	switch {
-	case lf.quiet:
-		for _, i := range imgs {
-			fmt.Fprintln(c.out, i.GetId())
-		}
-		return nil
-	case lf.output == "json":
-		return c.json(&runtimeapi.ListImagesResponse{Images: imgs})
-	}
-	return writeTable(c.out, imagesHeader, imagesRows(imgs, lf.noTrunc))
+	return imagesListing.print(c, lf, imgs)
 }
 
 // ids parses a command that takes IDs and no flags of its own.
@@ -530,9 +549,4 @@ func (c *cli) writeJSON(v any) error {
 	}
 	_, err = fmt.Fprintln(c.out, string(b))
 	return err
-}
-
-// sortByCreated orders newest first, as crictl lists.
-func sortByCreated[T any](xs []T, created func(T) int64) {
-	slices.SortStableFunc(xs, func(a, b T) int { return cmp.Compare(created(b), created(a)) })
 }
