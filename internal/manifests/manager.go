@@ -52,6 +52,9 @@ type Manager struct {
 	events  record.EventRecorder
 	applied map[string]string // file -> hash of the contents last applied
 	failed  map[string]string // file -> hash of contents already reported as failing
+	// noRecord: the record was found empty, so an empty folder needs no
+	// API call (most podvisors have no manifests).
+	noRecord bool
 }
 
 // Run applies the folder now and whenever it changes, until ctx ends.
@@ -93,10 +96,14 @@ func (m *Manager) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, cm, err := m.loadRecord(ctx)
+	if len(onDisk) == 0 && m.noRecord {
+		return nil
+	}
+	rec, cm, err := m.loadRecord(ctx, len(onDisk) > 0)
 	if err != nil {
 		return err
 	}
+	defer func() { m.noRecord = len(rec) == 0 }()
 	changed := false
 	for _, f := range Changed(onDisk, m.applied) {
 		objs, err := Parse(contents[f])
@@ -238,9 +245,15 @@ func (m *Manager) deleteObject(ctx context.Context, file string, r Ref) {
 	m.Log.Info("manifest object deleted", "file", file, "object", r.String())
 }
 
-func (m *Manager) loadRecord(ctx context.Context) (map[string][]Ref, *v1.ConfigMap, error) {
+// loadRecord reads the record, creating it when create is set (there are
+// files to record, or to report about on it); without it, a missing record
+// is an empty one.
+func (m *Manager) loadRecord(ctx context.Context, create bool) (map[string][]Ref, *v1.ConfigMap, error) {
 	cms := m.client.CoreV1().ConfigMaps(metav1.NamespaceSystem)
 	cm, err := cms.Get(ctx, RecordName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) && !create {
+		return map[string][]Ref{}, nil, nil
+	}
 	if apierrors.IsNotFound(err) {
 		cm, err = cms.Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RecordName, Namespace: metav1.NamespaceSystem}}, metav1.CreateOptions{})
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,8 @@ import (
 // refused with its name and leaves etcd as it was.
 func TestEtcdSnapshotSaveAndRestore(t *testing.T) {
 	t.Parallel()
-	p := NewPodvisor(t)
+	// A schedule every 2 s, 2 kept, stands for k3s's twice a day, 5 kept.
+	p := NewPodvisor(t, "--etcd-snapshot-schedule-cron", "@every 2s", "--etcd-snapshot-retention", "2")
 	p.Runtime = "process" // no pods here: the cluster's objects are what matters
 	p.Start()
 	ctx := context.Background()
@@ -41,6 +43,26 @@ func TestEtcdSnapshotSaveAndRestore(t *testing.T) {
 	out, _, code = runPodvisor(t, time.Minute, "etcd-snapshot", "ls", "--data-dir", p.DataDir)
 	if code != 0 || !strings.Contains(out, filepath.Base(snap)) {
 		t.Fatalf("etcd-snapshot ls (exit %d) does not list %s:\n%s", code, filepath.Base(snap), out)
+	}
+
+	// The schedule takes its own snapshots and prunes only those.
+	scheduled := func() []string {
+		m, _ := filepath.Glob(filepath.Join(p.DataDir, "db", "snapshots", "etcd-snapshot-"+p.NodeName+"-*"))
+		var done []string
+		for _, f := range m {
+			if !strings.HasSuffix(f, ".part") {
+				done = append(done, f)
+			}
+		}
+		return done
+	}
+	Eventually(t, time.Minute, "scheduled snapshots taken and the oldest pruned", func() (bool, error) {
+		log, _ := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+		pruned := strings.Contains(string(log), "etcd snapshot pruned")
+		return pruned && len(scheduled()) == 2, fmt.Errorf("pruned: %v, scheduled snapshots %v", pruned, scheduled())
+	})
+	if _, err := os.Stat(snap); err != nil {
+		t.Fatalf("the on-demand snapshot went with the schedule's retention: %v", err)
 	}
 
 	if err := cms.Delete(ctx, "precious", metav1.DeleteOptions{}); err != nil {
