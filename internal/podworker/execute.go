@@ -19,9 +19,6 @@ import (
 	"github.com/podvisor/podvisor/internal/timeline"
 )
 
-// minStopGrace: no container gets less than 2 s between stop signal and SIGKILL.
-const minStopGrace = 2 * time.Second
-
 // configError is a container that cannot be created as specified; it shows as
 // waiting CreateContainerConfigError and is retried.
 type configError struct{ msg string }
@@ -238,14 +235,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	w.m.cfg.Log.Info("postStart hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "msg", msg)
 	ev := hook.FailedEvent(hook.PostStart)
 	w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
-	w.stopInstance(ctx, pod, c, id, podGrace(pod), hook.PostStartKillMessage)
-}
-
-func podGrace(pod *v1.Pod) time.Duration {
-	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return lifecycle.Seconds(*g) // saturates: the API bounds no grace period
-	}
-	return 30 * time.Second
+	w.stopInstance(ctx, pod, c, id, lifecycle.PodGrace(pod), hook.PostStartKillMessage)
 }
 
 func (w *worker) setWaiting(name, reason, msg string) {
@@ -297,7 +287,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	sctx := context.WithoutCancel(ctx)
 	start := w.m.cfg.Clock.Now()
 	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.cfg.Hooks != nil && w.isRunning(name, id) {
-		budget := max(grace, minStopGrace)
+		budget := lifecycle.PreStopBudget(grace)
 		hctx, cancel := context.WithCancel(sctx)
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel
@@ -319,8 +309,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 			w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
 		}
 	}
-	// A preStop that used up the grace period gets the 2 s minimum on top.
-	remaining := max(grace-w.m.cfg.Clock.Since(start), minStopGrace)
+	remaining := lifecycle.KillAfter(grace, w.m.cfg.Clock.Since(start))
 	signaled := w.m.cfg.Clock.Now()
 	if w.isRunning(name, id) {
 		w.record(pod, timeline.Entry{Kind: timeline.KindSignal, Container: name, State: stopSignalName(c),
@@ -485,7 +474,7 @@ func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
 			w.m.cfg.Clock.AfterFunc(grace, cancel)
 		}
 		go func() {
-			_ = w.m.cfg.Runtime.Stop(context.Background(), id, max(grace, minStopGrace))
+			_ = w.m.cfg.Runtime.Stop(context.Background(), id, lifecycle.KillAfter(grace, 0))
 		}()
 	}
 }
