@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/internal/admission"
 	"github.com/podvisor/podvisor/internal/durable"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podcgroup"
@@ -327,14 +328,14 @@ func (m *Manager) admitResize(pod *v1.Pod) (string, string) {
 	if m.cfg.Node != nil {
 		n, err := m.cfg.Node()
 		if err != nil || n == nil {
-			return ReasonInvalidNodeInfo, messageInvalidNode
+			return admission.ReasonInvalidNodeInfo, admission.MessageInvalidNode
 		}
 		alloc = n.Status.Allocatable
 	} else if m.cfg.Allocatable != nil {
 		alloc = m.cfg.Allocatable()
 	}
 	// The pod itself is counted already: no pods limit.
-	if a := fitsResources(pod, alloc, m.activePods(pod.UID), 0); a != nil {
+	if a := admission.Resources(pod, alloc, m.activePods(pod.UID), 0); a != nil {
 		return a.Reason, a.Message
 	}
 	return "", ""

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/admission"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podref"
@@ -58,7 +59,7 @@ type worker struct {
 	unstarted       map[string]string               // instance ID -> container: found created, never started
 	backoff         map[string]lifecycle.BackOffEntry
 	termination     *lifecycle.Termination
-	rejected        *admission // set when admission refused the pod
+	rejected        *admission.Refusal // set when admission refused the pod
 	// preStopCancel ends the preStop hook of an instance being stopped, for a
 	// second delete with a shorter grace.
 	preStopCancel map[string]context.CancelFunc
