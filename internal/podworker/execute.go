@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
@@ -21,30 +22,7 @@ import (
 
 // configError is a container that cannot be created as specified; it shows as
 // waiting CreateContainerConfigError and is retried.
-type configError struct{ msg string }
-
-func (e configError) Error() string { return e.msg }
-
-// findContainer is the spec of the pod's container name: an init, regular
-// or ephemeral one (whose fields are a container's).
-func findContainer(pod *v1.Pod, name string) (*v1.Container, bool) {
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return &pod.Spec.InitContainers[i], true
-		}
-	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i], true
-		}
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		if e := &pod.Spec.EphemeralContainers[i]; e.Name == name {
-			return (*v1.Container)(&e.EphemeralContainerCommon), true
-		}
-	}
-	return nil, false
-}
+type configError = containerspec.ConfigError
 
 // allContainers are the pod's init, regular and ephemeral containers.
 func allContainers(pod *v1.Pod) []v1.Container {
@@ -67,7 +45,7 @@ func ephemeralTarget(pod *v1.Pod, name string) string {
 }
 
 func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
-	c, ok := findContainer(pod, a.Container)
+	c, ok := containerspec.Find(pod, a.Container)
 	if !ok {
 		return
 	}
@@ -162,7 +140,7 @@ func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.starting[name] {
 			continue
 		}
-		c, ok := findContainer(pod, name)
+		c, ok := containerspec.Find(pod, name)
 		if !ok {
 			continue
 		}
@@ -177,7 +155,7 @@ func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 
 func (w *worker) startUnstarted(ctx context.Context, pod *v1.Pod, due []unstartedInstance) {
 	for _, in := range due {
-		c, _ := findContainer(pod, in.name)
+		c, _ := containerspec.Find(pod, in.name)
 		w.m.cfg.Log.Info("starting a container an earlier agent created", "pod", pod.Namespace+"/"+pod.Name, "container", in.name, "id", in.id)
 		go func() {
 			defer w.poke()
@@ -258,7 +236,7 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 		w.resizeKilled[id] = true
 	}
 	w.mu.Unlock()
-	c, _ := findContainer(pod, a.Container)
+	c, _ := containerspec.Find(pod, a.Container)
 	go func() {
 		defer w.poke()
 		defer func() {

@@ -219,8 +219,8 @@ func TestWaitingReasonOfAFailedMountIsContainerCreating(t *testing.T) {
 		reason string
 		event  bool
 	}{
-		{mountError{configError{"m"}}, "ContainerCreating", false},
-		{configError{"c"}, "CreateContainerConfigError", true},
+		{mountError{configError{Msg: "m"}}, "ContainerCreating", false},
+		{configError{Msg: "c"}, "CreateContainerConfigError", true},
 		{errors.New("x"), "RunContainerError", true},
 	} {
 		if r, ev := waitingReason(tc.err); r != tc.reason || ev != tc.event {
