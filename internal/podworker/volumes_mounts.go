@@ -68,8 +68,13 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 			host = p
 		}
 		ro := vmount.ReadOnly || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
-		if err := mountPointFor(host, vmount.MountPath); err != nil {
-			return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+		if !f.Images {
+			// Host processes share the host's filesystem: the mount point is
+			// the host's. A container with an image has a root of its own,
+			// where the runtime makes it (the host's paths say nothing).
+			if err := mountPointFor(host, vmount.MountPath); err != nil {
+				return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+			}
 		}
 		out = append(out, runtime.Mount{HostPath: host, ContainerPath: vmount.MountPath, ReadOnly: ro})
 	}
