@@ -403,7 +403,7 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 		cand.mu.Unlock()
 	}
 	if w == nil {
-		return "", nil, notFound(fmt.Sprintf("pod %q in namespace %q is not available", pod, namespace))
+		return "", nil, runtime.NotFoundf("pod %q in namespace %q is not available", pod, namespace)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -414,9 +414,9 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	}
 	if idx < 0 {
 		if previous {
-			return "", nil, notFound(fmt.Sprintf("previous terminated container %q in pod %q not found", container, pod))
+			return "", nil, runtime.NotFoundf("previous terminated container %q in pod %q not found", container, pod)
 		}
-		return "", nil, notFound(fmt.Sprintf("container %q in pod %q is not available", container, pod))
+		return "", nil, runtime.NotFoundf("container %q in pod %q is not available", container, pod)
 	}
 	id, path := list[idx].ID, list[idx].LogPath
 	exited := func() bool {
@@ -431,12 +431,6 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	}
 	return path, exited, nil
 }
-
-// notFound is an error the agent API answers with 404.
-type notFound string
-
-func (e notFound) Error() string  { return string(e) }
-func (e notFound) NotFound() bool { return true }
 
 // shortenStopsLocked applies a shorter grace period to stops in flight: their
 // preStop hooks are cut when it ends, and the processes get the stop signal
