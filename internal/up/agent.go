@@ -49,7 +49,7 @@ type AgentOptions struct {
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
 // goes to stdout once the node is Ready.
 func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) error {
-	notify := service.TakeNotifySocket() // before the API server can take it
+	notify := service.TakeNotifySocket() // only podvisor reports, as in up
 	modes := 0
 	for _, set := range []bool{o.Server != "", o.Kubeconfig != "", o.ServerDataDir != ""} {
 		if set {
