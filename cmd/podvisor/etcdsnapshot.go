@@ -15,13 +15,14 @@ import (
 	"github.com/podvisor/podvisor/internal/up"
 )
 
-const etcdSnapshotUsage = `Usage: podvisor etcd-snapshot save [--name NAME] | ls | delete NAME... [--data-dir DIR]
+const etcdSnapshotUsage = `Usage: podvisor etcd-snapshot save [--name NAME] | ls | delete NAME... | prune [--name NAME] [--snapshot-retention N] [--data-dir DIR]
 
 Snapshots of the embedded etcd (every object of the cluster), as files in
 DATA_DIR/db/snapshots named NAME-NODE-UNIXTIME (NAME: on-demand unless given;
 the schedule of 'up' and 'server' names its own etcd-snapshot).
 save needs podvisor running on the data dir (it streams the snapshot from
-its etcd); ls and delete work on the files, running or not.
+its etcd); ls, delete and prune work on the files, running or not. prune keeps
+the newest N (5) snapshots named NAME (on-demand) of this node and deletes the rest.
 Restore one with 'podvisor up --cluster-reset-restore-path FILE'.
 `
 
@@ -34,14 +35,15 @@ func snapshotFlags(fs *flag.FlagSet, o *etcdsnapshot.Options) {
 }
 
 func runEtcdSnapshot(args []string) error {
-	if len(args) == 0 || (args[0] != "save" && args[0] != "ls" && args[0] != "list" && args[0] != "delete") {
+	if len(args) == 0 || (args[0] != "save" && args[0] != "ls" && args[0] != "list" && args[0] != "delete" && args[0] != "prune") {
 		return fmt.Errorf("%s", etcdSnapshotUsage)
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("podvisor etcd-snapshot "+sub, flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, etcdSnapshotUsage); fs.PrintDefaults() }
 	dataDir := fs.String("data-dir", datadir.Default(), "data directory of the podvisor")
-	name := fs.String("name", etcdsnapshot.OnDemandName, "save: the snapshot's name (before -NODE-UNIXTIME)")
+	name := fs.String("name", etcdsnapshot.OnDemandName, "save, prune: the snapshots' name (before -NODE-UNIXTIME)")
+	retention := fs.Int("snapshot-retention", etcdsnapshot.DefaultRetention, "prune: how many to keep")
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -81,6 +83,24 @@ func runEtcdSnapshot(args []string) error {
 			fmt.Fprintf(w, "%s\tfile://%s\t%d\t%s\n", s.Name, s.Path, s.Size, s.Created.UTC().Format(time.RFC3339))
 		}
 		return w.Flush()
+	case "prune":
+		if *retention < 1 {
+			return fmt.Errorf("prune: --snapshot-retention %d: keep at least 1", *retention)
+		}
+		st, err := datadir.Open(*dataDir)
+		if err != nil {
+			return err
+		}
+		all, err := etcdsnapshot.List(*dataDir)
+		if err != nil {
+			return err
+		}
+		for _, s := range etcdsnapshot.ToPrune(all, *name+"-"+up.SnapshotNode(st)+"-", *retention) {
+			if err := etcdsnapshot.Delete(*dataDir, s.Name); err != nil {
+				return err
+			}
+			fmt.Printf("deleted %s\n", s.Name)
+		}
 	case "delete":
 		if fs.NArg() == 0 {
 			return fmt.Errorf("delete: name the snapshot(s) to delete (see 'podvisor etcd-snapshot ls')")

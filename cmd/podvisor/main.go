@@ -20,7 +20,7 @@ Usage:
   podvisor timeline [-n NS] POD [-o table|json|trace] [-w]
                              every step of a pod's lifecycle, to the millisecond
   podvisor image import|ls   import images from tars into the node's containerd, list them
-  podvisor etcd-snapshot save [--name N]|ls|delete NAME
+  podvisor etcd-snapshot save [--name N]|ls|delete NAME|prune
                              snapshots of the cluster's etcd (restore: up --cluster-reset-restore-path)
   podvisor crictl ps|pods|images|logs|inspect|…
                              the CRI client for the node's containerd (works without the API)
