@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -53,6 +54,11 @@ func runEtcdSnapshot(args []string) error {
 	if _, err := os.Stat(*dataDir); err != nil {
 		return fmt.Errorf("data dir %s: %w", *dataDir, err)
 	}
+	abs, err := filepath.Abs(*dataDir)
+	if err != nil {
+		return err
+	}
+	dataDir = &abs
 	switch sub {
 	case "save":
 		if fs.NArg() > 0 {

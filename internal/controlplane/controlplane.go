@@ -157,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 			return nil, err
 		}
 	}
-	e, err := startEtcd(EtcdDir(cfg.DataDir), cfg.EtcdClientPort, cfg.EtcdPeerPort, cfg.LogFile)
+	e, err := startEtcd(cfg.DataDir, cfg.EtcdClientPort, cfg.EtcdPeerPort, cfg.LogFile)
 	if err != nil {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}

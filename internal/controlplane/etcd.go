@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/podvisor/podvisor/internal/etcdsnapshot"
@@ -52,8 +54,23 @@ func restoreEtcd(cfg Config) error {
 	return etcdsnapshot.RecordRestore(cfg.DataDir, cfg.RestoreSnapshot, now)
 }
 
-// startEtcd runs a single-member etcd on loopback with its data in dir.
-func startEtcd(dir string, clientPort, peerPort int, logFile string) (*embed.Etcd, error) {
+// markEtcd writes which data dir this etcd is, for etcd-snapshot save.
+func markEtcd(e *embed.Etcd, dataDir string) error {
+	c := v3client.New(e.Server)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, etcdsnapshot.IdentityKey, dataDir); err != nil {
+		e.Close()
+		return fmt.Errorf("recording the data dir in etcd: %w", err)
+	}
+	return nil
+}
+
+// startEtcd runs a single-member etcd on loopback with its data in
+// EtcdDir(dataDir).
+func startEtcd(dataDir string, clientPort, peerPort int, logFile string) (*embed.Etcd, error) {
+	dir := EtcdDir(dataDir)
 	cfg := embed.NewConfig()
 	cfg.Name = etcdName
 	cfg.InitialClusterToken = etcdToken
@@ -77,7 +94,7 @@ func startEtcd(dir string, clientPort, peerPort int, logFile string) (*embed.Etc
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return e, nil
+		return e, markEtcd(e, dataDir)
 	case err := <-e.Err():
 		e.Close()
 		return nil, err

@@ -27,6 +27,12 @@ func (e ErrNotRunning) Error() string {
 	return fmt.Sprintf("podvisor is not running on data dir %s (its etcd at %s does not answer): start it ('podvisor up' or 'server') to take a snapshot; ls and delete work while it is stopped", e.DataDir, e.Endpoint)
 }
 
+// IdentityKey holds, in the embedded etcd, the absolute path of the data
+// dir it belongs to (written at every start), so that a snapshot is never
+// taken of another podvisor's etcd that happens to use the port a stopped
+// data dir recorded.
+const IdentityKey = "/podvisor/data-dir"
+
 // Save streams a snapshot from the etcd at endpoint into the data dir's
 // snapshot directory as <name>-<node>-<unix time of now>.
 func Save(ctx context.Context, dataDir, endpoint, name, node string, now time.Time) (Snapshot, error) {
@@ -47,6 +53,9 @@ func Save(ctx context.Context, dataDir, endpoint, name, node string, now time.Ti
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cfg := clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second}
+	if err := checkIdentity(ctx, cfg, dataDir); err != nil {
+		return Snapshot{}, err
+	}
 	if _, err := snapshot.SaveWithVersion(ctx, zap.NewNop(), cfg, path); err != nil {
 		return Snapshot{}, fmt.Errorf("snapshot of etcd at %s: %w", endpoint, err)
 	}
@@ -67,4 +76,26 @@ func reachable(endpoint string) error {
 		return err
 	}
 	return c.Close()
+}
+
+// checkIdentity refuses an etcd that says it is another data dir's; one
+// that says nothing (started by an older podvisor) is taken as this one's.
+func checkIdentity(ctx context.Context, cfg clientv3.Config, dataDir string) error {
+	cfg.Logger = zap.NewNop()
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, IdentityKey)
+	if err != nil {
+		return fmt.Errorf("etcd at %s: %w", cfg.Endpoints[0], err)
+	}
+	if len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) != dataDir {
+		return fmt.Errorf("the etcd at %s is data dir %s's, not %s's: that podvisor took the port %s recorded while it was stopped; start this one to snapshot it",
+			cfg.Endpoints[0], resp.Kvs[0].Value, dataDir, dataDir)
+	}
+	return nil
 }

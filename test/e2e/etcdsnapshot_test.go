@@ -11,6 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/podvisor/podvisor/internal/datadir"
 )
 
 // etcd snapshots, as k3s users take them: a ConfigMap saved in a snapshot
@@ -63,6 +65,21 @@ func TestEtcdSnapshotSaveAndRestore(t *testing.T) {
 	})
 	if _, err := os.Stat(snap); err != nil {
 		t.Fatalf("the on-demand snapshot went with the schedule's retention: %v", err)
+	}
+
+	// A stopped data dir whose recorded etcd port another podvisor now
+	// uses: its snapshot would be the other cluster's, so save refuses.
+	other := t.TempDir()
+	if err := datadir.Save(other, datadir.State{Layout: datadir.Layout, NodeName: "other",
+		EtcdClientPort: p.etcdPorts[0], EtcdPeerPort: p.etcdPorts[1]}); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = runPodvisor(t, time.Minute, "etcd-snapshot", "save", "--data-dir", other)
+	if code == 0 || !strings.Contains(stderr, "is data dir "+p.DataDir+"'s") {
+		t.Errorf("save of a data dir whose etcd port another podvisor uses: exit %d, %q; want a refusal naming %s", code, stderr, p.DataDir)
+	}
+	if left, _ := filepath.Glob(filepath.Join(other, "db", "snapshots", "*")); len(left) != 0 {
+		t.Errorf("the refused save wrote %v", left)
 	}
 
 	if err := cms.Delete(ctx, "precious", metav1.DeleteOptions{}); err != nil {
