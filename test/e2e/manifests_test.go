@@ -98,6 +98,13 @@ data:
 		t.Errorf("broken.yaml's ConfigMap: %v, want not found", err)
 	}
 
+	// A file dropped while podvisor runs.
+	write("later.json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"later"},"data":{"k":"v"}}`)
+	Eventually(t, time.Minute, "later.json applied", func() (bool, error) {
+		_, err := c.ConfigMaps("default").Get(ctx, "later", metav1.GetOptions{})
+		return err == nil, err
+	})
+
 	write("app.yaml", app("two"))
 	Eventually(t, time.Minute, "the change to app.yaml applied", func() (bool, error) {
 		v, err := value()
