@@ -8,6 +8,8 @@ import (
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 
 	"github.com/podvisor/podvisor/internal/datadir"
+	// kubectl version's client version: v1.36.3, not upstream's placeholder.
+	_ "github.com/podvisor/podvisor/internal/kubeversion"
 )
 
 // kubectl runs the upstream kubectl, pointed at the local admin kubeconfig
