@@ -162,6 +162,10 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	cp.etcd = e
+	if err := checkStoredSecrets(ctx, e, cfg.DataDir); err != nil {
+		cp.Stop()
+		return nil, err
+	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
 

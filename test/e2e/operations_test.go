@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -164,22 +165,34 @@ func TestSecretsEncryptionAtRest(t *testing.T) {
 		t.Errorf("old key %s still in %s after rotation", key1, keyFile)
 	}
 
-	// A damaged key file stops the next start, named, and is left as it was.
+	// A damaged key file, or a well-formed one with another key, stops the
+	// next start, named, and is left as it was.
 	p.Stop()
 	good, err := os.ReadFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bad := bytes.Replace(good, []byte("secret: "), []byte("secret: AAAA"), 1)
-	if err := os.WriteFile(keyFile, bad, 0o600); err != nil {
+	_, oldSecret, _ := strings.Cut(string(good), "secret: ")
+	oldSecret, _, _ = strings.Cut(oldSecret, "\n")
+	otherKey := make([]byte, 32)
+	if _, err := rand.Read(otherKey); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, code = runPodvisor(t, 2*time.Minute, p.UpArgs()...)
-	if code == 0 || !strings.Contains(stderr, keyFile) {
-		t.Errorf("start with a damaged key file: exit %d, stderr %q; want an error naming %s", code, stderr, keyFile)
-	}
-	if after, _ := os.ReadFile(keyFile); !bytes.Equal(after, bad) {
-		t.Errorf("the refused key file was changed")
+	for _, bad := range [][]byte{
+		bytes.Replace(good, []byte("secret: "), []byte("secret: AAAA"), 1),
+		bytes.Replace(good, []byte(oldSecret), []byte(base64.StdEncoding.EncodeToString(otherKey)), 1),
+	} {
+		if err := os.WriteFile(keyFile, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, stderr, code = runPodvisor(t, 2*time.Minute, p.UpArgs()...)
+		if code == 0 || !strings.Contains(stderr, keyFile) {
+			t.Errorf("start with key file\n%s\nexit %d, stderr %q; want an error naming %s", bad, code, stderr, keyFile)
+		}
+		t.Logf("refused: %s", strings.TrimSpace(stderr))
+		if after, _ := os.ReadFile(keyFile); !bytes.Equal(after, bad) {
+			t.Errorf("the refused key file was changed")
+		}
 	}
 	if err := os.WriteFile(keyFile, good, 0o600); err != nil {
 		t.Fatal(err)
