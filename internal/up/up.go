@@ -48,6 +48,8 @@ type Options struct {
 	Runtime agent.RuntimeConfig
 	// ClusterCIDR is the pod network (--cluster-cidr); empty: 10.42.0.0/16.
 	ClusterCIDR string
+	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
+	SecretsEncryption bool
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -95,7 +97,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
-		ClusterCIDR: o.ClusterCIDR,
+		ClusterCIDR: o.ClusterCIDR, SecretsEncryption: o.SecretsEncryption,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
