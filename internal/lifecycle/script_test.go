@@ -34,6 +34,7 @@ import (
 //	probe NAME [startup=ok|fail] [readiness=ok|fail] [liveness=ok|fail]
 //	delete [grace=S]          a deletion through the API (again: a second one)
 //	sandbox-dies
+//	condition TYPE=True|False another writer patches the pod's status
 //
 // go test ./internal/lifecycle -run TestScripts -update rewrites the
 // expectations from what the code does: read the diff before committing it.
@@ -99,6 +100,8 @@ func (sc *script) run(d *datadriven.TestData) (string, error) {
 	case "sandbox-dies":
 		sandboxDies(&sc.s)
 		return "", nil
+	case "condition":
+		return "", sc.condition(d)
 	}
 	return "", fmt.Errorf("unknown command %q", d.Cmd)
 }
@@ -305,6 +308,23 @@ func (sc *script) delete(d *datadriven.TestData) (string, error) {
 	}
 	lines = append(lines, sc.rt.advance(&sc.s, now)...)
 	return strings.Join(lines, "\n") + "\n", nil
+}
+
+// condition sets a condition of the published status as another writer
+// would (a readiness gate's, for one).
+func (sc *script) condition(d *datadriven.TestData) error {
+	if len(d.CmdArgs) != 1 || len(d.CmdArgs[0].Vals) != 1 {
+		return fmt.Errorf("condition: want TYPE=STATUS")
+	}
+	c := v1.PodCondition{Type: v1.PodConditionType(d.CmdArgs[0].Key), Status: v1.ConditionStatus(d.CmdArgs[0].Vals[0]),
+		LastTransitionTime: metav1.NewTime(sc.s.Now)}
+	sc.s.Pod = sc.s.Pod.DeepCopy()
+	if old := conditionOf(sc.s.Pod.Status.Conditions, c.Type); old != nil {
+		*old = c
+	} else {
+		sc.s.Pod.Status.Conditions = append(sc.s.Pod.Status.Conditions, c)
+	}
+	return nil
 }
 
 // rel is t as time since the script's start.
