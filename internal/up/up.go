@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/config"
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/freeport"
 	"github.com/podvisor/podvisor/internal/node"
 )
 
@@ -201,20 +202,11 @@ func pickEtcdPorts(st *datadir.State, dir string) error {
 		return nil
 	}
 	var err error
-	if st.EtcdClientPort, err = freePort(); err != nil {
+	if st.EtcdClientPort, err = freeport.Pick(); err != nil {
 		return err
 	}
-	st.EtcdPeerPort, err = freePort()
+	st.EtcdPeerPort, err = freeport.Pick()
 	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // setupLogging sends the components' klog output and the agent's slog output
