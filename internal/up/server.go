@@ -33,6 +33,7 @@ type ServerOptions struct {
 	EtcdPeerPort             int
 	NodeMonitorGracePeriod   time.Duration
 	SigningDuration          time.Duration // node certificates' lifetime (tests shorten it)
+	SecretsEncryption        bool          // encrypt Secrets at rest
 	Verbose                  bool
 	Snapshots                etcdsnapshot.Options
 }
@@ -90,7 +91,8 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
 		ClusterCIDR: o.ClusterCIDR, SigningDuration: o.SigningDuration, LogFile: logFile,
-		RestoreSnapshot: o.Snapshots.RestorePath,
+		RestoreSnapshot:   o.Snapshots.RestorePath,
+		SecretsEncryption: o.SecretsEncryption,
 	}
 	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {

@@ -52,6 +52,8 @@ type Options struct {
 	ClusterCIDR string
 	// Snapshots are the etcd snapshot schedule and restore flags.
 	Snapshots etcdsnapshot.Options
+	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
+	SecretsEncryption bool
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -104,7 +106,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
-		ClusterCIDR: o.ClusterCIDR, RestoreSnapshot: o.Snapshots.RestorePath,
+		ClusterCIDR: o.ClusterCIDR, RestoreSnapshot: o.Snapshots.RestorePath, SecretsEncryption: o.SecretsEncryption,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
