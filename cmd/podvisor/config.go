@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/flagfile"
 	"github.com/podvisor/podvisor/internal/up"
 )
@@ -68,4 +69,20 @@ func knownFlag(name string) bool {
 		}
 	}
 	return timelineFlags(new(timelineOptions)).Lookup(name) != nil
+}
+
+// dataDirFromConfig is the data-dir the config file names (configFile, else
+// $PODVISOR_CONFIG_FILE or the default file), else the default data dir:
+// for commands whose own flags leave no room for the file's other keys.
+func dataDirFromConfig(configFile string) (string, error) {
+	_, entries, err := flagfile.Read(configFile)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.Key == "data-dir" && len(e.Values) == 1 {
+			return e.Values[0], nil
+		}
+	}
+	return datadir.Default(), nil
 }

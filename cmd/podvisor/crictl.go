@@ -7,11 +7,14 @@ import (
 	"syscall"
 
 	"github.com/podvisor/podvisor/internal/crictl"
-	"github.com/podvisor/podvisor/internal/datadir"
 )
 
 func runCrictl(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return crictl.Run(ctx, args, datadir.Default(), os.Stdout)
+	dir, err := dataDirFromConfig("")
+	if err != nil {
+		return err
+	}
+	return crictl.Run(ctx, args, dir, os.Stdout)
 }

@@ -45,11 +45,8 @@ func runEtcdSnapshot(args []string) error {
 	dataDir := fs.String("data-dir", datadir.Default(), "data directory of the podvisor")
 	name := fs.String("name", etcdsnapshot.OnDemandName, "save, prune: the snapshots' name (before -NODE-UNIXTIME)")
 	retention := fs.Int("snapshot-retention", etcdsnapshot.DefaultRetention, "prune: how many to keep")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if _, err := os.Stat(*dataDir); err != nil {
 		return fmt.Errorf("data dir %s: %w", *dataDir, err)

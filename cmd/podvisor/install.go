@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/flagfile"
 	"github.com/podvisor/podvisor/internal/reset"
 	"github.com/podvisor/podvisor/internal/service"
 )
@@ -67,7 +67,12 @@ func runInstall(args []string) error {
 	if bin, err = filepath.EvalSymlinks(bin); err != nil {
 		return err
 	}
-	u, err := service.BuildUnit(bin, fs.Arg(0), fs.Args()[1:], datadir.Default())
+	// The service reads the same config file: its data-dir is the default.
+	def, err := dataDirFromConfig(flagValue(fs.Args()[1:], flagfile.FlagName))
+	if err != nil {
+		return err
+	}
+	u, err := service.BuildUnit(bin, fs.Arg(0), fs.Args()[1:], def)
 	if err != nil {
 		return err
 	}
@@ -124,4 +129,22 @@ func runUninstall(args []string) error {
 		}
 	}
 	return nil
+}
+
+// flagValue is the value a command line gives a flag (-name v, --name=v),
+// or "".
+func flagValue(args []string, name string) string {
+	v := ""
+	for i, a := range args {
+		n, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || n != name {
+			continue
+		}
+		if hasVal {
+			v = val
+		} else if i+1 < len(args) {
+			v = args[i+1]
+		}
+	}
+	return v
 }

@@ -9,7 +9,6 @@ import (
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 
 	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/flagfile"
 	// kubectl version's client version: v1.36.3, not upstream's placeholder.
 	_ "github.com/podvisor/podvisor/internal/kubeversion"
 )
@@ -38,15 +37,10 @@ func kubectl(args []string) {
 // room for --config-file: $PODVISOR_CONFIG_FILE or the default file), else
 // the default data dir.
 func configDataDir() string {
-	_, entries, err := flagfile.Read("")
+	dir, err := dataDirFromConfig("")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "podvisor kubectl: %v\n", err)
 		os.Exit(1)
 	}
-	for _, e := range entries {
-		if e.Key == "data-dir" && len(e.Values) == 1 {
-			return e.Values[0]
-		}
-	}
-	return datadir.Default()
+	return dir
 }
