@@ -67,12 +67,22 @@ func runInstall(args []string) error {
 	if bin, err = filepath.EvalSymlinks(bin); err != nil {
 		return err
 	}
+	args = fs.Args()[1:]
+	// The service has no environment of yours: a config file named by
+	// $PODVISOR_CONFIG_FILE goes into its command line.
+	if env := os.Getenv(flagfile.EnvVar); env != "" && flagValue(args, flagfile.FlagName) == "" {
+		abs, err := filepath.Abs(env)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--"+flagfile.FlagName, abs)
+	}
 	// The service reads the same config file: its data-dir is the default.
-	def, err := dataDirFromConfig(flagValue(fs.Args()[1:], flagfile.FlagName))
+	def, err := dataDirFromConfig(flagValue(args, flagfile.FlagName))
 	if err != nil {
 		return err
 	}
-	u, err := service.BuildUnit(bin, fs.Arg(0), fs.Args()[1:], def)
+	u, err := service.BuildUnit(bin, fs.Arg(0), args, def)
 	if err != nil {
 		return err
 	}
