@@ -28,7 +28,7 @@ func TestInstallPrint(t *testing.T) {
 	}
 	wd, _ := os.Getwd()
 	want := "ExecStart=" + binary + " up --data-dir " + filepath.Join(wd, "rel/dir") + " --api-port 7443"
-	if !strings.Contains(out, want+"\n") || !strings.Contains(out, "Type=notify\n") || !strings.Contains(out, "KillMode=process\n") {
+	if !strings.Contains(out, want) || !strings.Contains(out, "Type=notify\n") || !strings.Contains(out, "KillMode=process\n") {
 		t.Errorf("unit lacks %q or k3s's service settings:\n%s", want, out)
 	}
 	if service.Running() {
