@@ -62,6 +62,7 @@ func knownFlag(name string) bool {
 		resetFlags(new(string)),
 		certificateFlags(new(string)),
 		secretsEncryptFlags(new(string)),
+		etcdSnapshotFlags("save", new(etcdSnapshotOptions)),
 	}
 	for _, fs := range sets {
 		if fs.Lookup(name) != nil {

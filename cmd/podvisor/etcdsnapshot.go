@@ -35,16 +35,30 @@ func snapshotFlags(fs *flag.FlagSet, o *etcdsnapshot.Options) {
 	fs.StringVar(&o.RestorePath, "cluster-reset-restore-path", "", "restore etcd from this snapshot file before starting (the previous etcd data is moved to DATA_DIR/db/etcd-old-TIME)")
 }
 
+type etcdSnapshotOptions struct {
+	dataDir, name string
+	retention     int
+}
+
+// etcdSnapshotFlags are the flags of etcd-snapshot SUB (the config file's
+// keys too).
+func etcdSnapshotFlags(sub string, o *etcdSnapshotOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("podvisor etcd-snapshot "+sub, flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(os.Stderr, etcdSnapshotUsage); fs.PrintDefaults() }
+	fs.StringVar(&o.dataDir, "data-dir", datadir.Default(), "data directory of the podvisor")
+	fs.StringVar(&o.name, "name", etcdsnapshot.OnDemandName, "save, prune: the snapshots' name (before -NODE-UNIXTIME)")
+	fs.IntVar(&o.retention, "snapshot-retention", etcdsnapshot.DefaultRetention, "prune: how many to keep")
+	return fs
+}
+
 func runEtcdSnapshot(args []string) error {
 	if len(args) == 0 || (args[0] != "save" && args[0] != "ls" && args[0] != "list" && args[0] != "delete" && args[0] != "prune") {
 		return fmt.Errorf("%s", etcdSnapshotUsage)
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("podvisor etcd-snapshot "+sub, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(os.Stderr, etcdSnapshotUsage); fs.PrintDefaults() }
-	dataDir := fs.String("data-dir", datadir.Default(), "data directory of the podvisor")
-	name := fs.String("name", etcdsnapshot.OnDemandName, "save, prune: the snapshots' name (before -NODE-UNIXTIME)")
-	retention := fs.Int("snapshot-retention", etcdsnapshot.DefaultRetention, "prune: how many to keep")
+	o := etcdSnapshotOptions{}
+	fs := etcdSnapshotFlags(sub, &o)
+	dataDir, name, retention := &o.dataDir, &o.name, &o.retention
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
