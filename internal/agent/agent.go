@@ -253,7 +253,10 @@ func New(cfg Config) (*Agent, error) {
 		Timeline:           a.timeline,
 		// Other users, as the kubelet's webhook authorization: RBAC on nodes/proxy, nodes/log…
 		Authorizer: &agentapi.SubjectAccessReviews{Client: client, NodeName: cfg.NodeName},
-		Log:        cfg.Log,
+		// Bearer tokens (service accounts scraping), as the kubelet's webhook
+		// authentication; the Node authorizer lets nodes create TokenReviews.
+		TokenReviews: client.AuthenticationV1(),
+		Log:          cfg.Log,
 	})
 	if err != nil {
 		return nil, err
