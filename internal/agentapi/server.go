@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/disconnect"
@@ -44,7 +45,11 @@ type Config struct {
 	Pods               func() []*v1.Pod     // optional: serves /pods; required with Streams
 	Streams            Streams              // optional: serves /exec, /attach, /portForward and /run
 	Metrics            *prometheus.Registry // optional: serves /metrics
-	Shutdown           http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
+	// Summary, optional, serves /stats/summary (the kubelet's summary API,
+	// internal/nodestats), ResourceMetrics /metrics/resource.
+	Summary         func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary
+	ResourceMetrics prometheus.Gatherer
+	Shutdown        http.Handler // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
 	// Timeline, optional, serves /timeline/ (the pods that have one),
 	// /timeline/{namespace}/{pod} (a pod's lifecycle to the millisecond:
 	// JSON, or ?format=trace for Chrome's trace event format) and the page
