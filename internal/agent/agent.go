@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/agentapi"
@@ -35,6 +36,7 @@ import (
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
+	"github.com/podvisor/podvisor/internal/nodestats"
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/podsource"
@@ -216,11 +218,13 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	host := eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}
+	podMeter := eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}
 	a.eviction, err = eviction.New(eviction.Config{
 		Settings: cfg.Kubelet.Eviction, Period: cfg.Kubelet.EvictionMonitoringPeriod,
 		LocalStorage: cfg.Kubelet.LocalStorageCapacityIsolation,
-		Observe:      eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}.Observe,
-		Stats:        eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}.Stats,
+		Observe:      host.Observe,
+		Stats:        podMeter.Stats,
 		ActivePods:   a.workers.ActivePods,
 		Evict: func(uid types.UID, e eviction.Eviction) <-chan struct{} {
 			return a.workers.TerminatePod(uid, podworker.Termination{Grace: e.Grace, Reason: eviction.Reason, Message: e.Message, Condition: e.Condition})
@@ -239,6 +243,11 @@ func New(cfg Config) (*Agent, error) {
 		return a.eviction.Admit(pod)
 	})
 
+	// The stats endpoints show the figures the eviction manager acts on.
+	stats := &nodestats.Source{NodeName: cfg.NodeName, NodeStart: nodestats.BootTime(), Host: host,
+		Pods: a.workers.Pods, Stats: podMeter.Stats}
+	resourceMetrics := prometheus.NewRegistry()
+	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.Summary})
 	a.api, err = agentapi.New(agentapi.Config{
 		Addr:               net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
 		CertFile:           filepath.Join(cfg.PKIDir, "agent-serving.crt"),
@@ -249,11 +258,21 @@ func New(cfg Config) (*Agent, error) {
 		Pods:               a.workers.Pods,
 		Streams:            streams{Streamer: a.streams, runtime: a.runtime},
 		Metrics:            a.metrics,
-		Shutdown:           a.shutdown.Handler(),
-		Timeline:           a.timeline,
+		Summary: func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary {
+			if onlyCPUAndMemory {
+				return nodestats.CPUAndMemory(stats.Summary(ctx))
+			}
+			return stats.Summary(ctx)
+		},
+		ResourceMetrics: resourceMetrics,
+		Shutdown:        a.shutdown.Handler(),
+		Timeline:        a.timeline,
 		// Other users, as the kubelet's webhook authorization: RBAC on nodes/proxy, nodes/log…
 		Authorizer: &agentapi.SubjectAccessReviews{Client: client, NodeName: cfg.NodeName},
-		Log:        cfg.Log,
+		// Bearer tokens (service accounts scraping), as the kubelet's webhook
+		// authentication; the Node authorizer lets nodes create TokenReviews.
+		TokenReviews: client.AuthenticationV1(),
+		Log:          cfg.Log,
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,13 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/server/options"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 )
 
 // Identities admitted without asking the API server: the kube-apiserver's
@@ -15,6 +22,32 @@ const (
 	apiserverClientCN = "kube-apiserver-kubelet-client"
 	mastersGroup      = "system:masters"
 )
+
+// TokenCacheTTL is how long a TokenReview's answer is reused: the kubelet's
+// default authentication.webhook.cacheTTL.
+const TokenCacheTTL = 2 * time.Minute
+
+// newAuthenticator builds the kubelet's request authenticator: a verified
+// client certificate of the cluster CA is its CN and O (as user and
+// groups); otherwise, with tokens, the bearer token's TokenReview (the API
+// server's default audiences, as the kubelet) names the user. Anonymous
+// requests are not admitted (kubeadm's and podvisor's kubelet default).
+func newAuthenticator(caPEM []byte, tokens authenticationclient.AuthenticationV1Interface) (authenticator.Request, error) {
+	ca, err := dynamiccertificates.NewStaticCAContent("client-ca", caPEM)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	cfg := authenticatorfactory.DelegatingAuthenticatorConfig{
+		ClientCertificateCAContentProvider: ca,
+		CacheTTL:                           TokenCacheTTL,
+	}
+	if tokens != nil {
+		cfg.TokenAccessReviewClient = tokens
+		cfg.WebhookRetryBackoff = options.DefaultAuthWebhookRetryBackoff()
+	}
+	authn, _, err := cfg.New()
+	return authn, err
+}
 
 // Authorizer decides whether a user may do verb on this node's subresource,
 // as the kubelet's webhook authorization does: a SubjectAccessReview for
@@ -53,19 +86,24 @@ func requestAttributes(r *http.Request) (verb, subresource, fallback string) {
 	return verb, "proxy", ""
 }
 
-// authorize admits requests whose verified client certificate names the API
-// server's identity or group system:masters; other identities are asked of
-// the Authorizer when there is one, else refused.
+// authorize authenticates the request (client certificate, else bearer
+// token; neither is 401 Unauthorized as the kubelet says it) and admits the
+// API server's identity and group system:masters; other identities are
+// asked of the Authorizer when there is one, else refused.
 func (s *Server) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-			// Unreachable with RequireAndVerifyClientCert; kept so that the
-			// handler is never served without authentication.
-			http.Error(w, "Unauthorized: a client certificate is required", http.StatusUnauthorized)
+		res, ok, err := s.authn.AuthenticateRequest(r)
+		if err != nil || !ok {
+			if err != nil {
+				// An expired or garbage token, or the API server unreachable.
+				s.cfg.Log.Info("agent API: unauthenticated request", "path", r.URL.Path, "remote", r.RemoteAddr, "err", err)
+			}
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		subject := r.TLS.VerifiedChains[0][0].Subject
-		user, groups := subject.CommonName, subject.Organization
+		// The token is the API server's to see, not the handlers'.
+		r.Header.Del("Authorization")
+		user, groups := res.User.GetName(), res.User.GetGroups()
 		if user == apiserverClientCN || slices.Contains(groups, mastersGroup) {
 			next.ServeHTTP(w, r)
 			return

@@ -3,19 +3,29 @@ package agentapi
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// recordingAuthorizer allows what allow names ("verb subresource") and
+// recordingAuthorizer allows what allow names ("verb subresource", or
+// "user verb subresource") and
 // records what it was asked.
 type recordingAuthorizer struct {
 	mu    sync.Mutex
@@ -27,7 +37,7 @@ func (a *recordingAuthorizer) Authorize(_ context.Context, user string, groups [
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, user+" "+verb+" "+sub)
-	return a.allow[verb+" "+sub], "", nil
+	return a.allow[verb+" "+sub] || a.allow[user+" "+verb+" "+sub], "", nil
 }
 
 func TestOtherIdentitiesAreAskedOfTheAuthorizer(t *testing.T) {
@@ -117,5 +127,90 @@ func TestSubjectAccessReviewsAskOnceAndCache(t *testing.T) {
 	check("bob", false)
 	if len(asked) != 3 || asked[2].Spec.User != "bob" {
 		t.Fatalf("after 31 s: %d reviews, want bob asked again", len(asked))
+	}
+}
+
+// tokenReviews is a fake API server answering TokenReviews (over HTTP: the
+// library's webhook client posts through the REST client, which the fake
+// clientset lacks): tokens maps a token to its user (group "sa-group"); it
+// counts the reviews asked.
+func tokenReviews(t *testing.T, tokens map[string]string) (authenticationclient.AuthenticationV1Interface, *atomic.Int32) {
+	n := new(atomic.Int32)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var tr authenticationv1.TokenReview
+		if r.URL.Path != "/apis/authentication.k8s.io/v1/tokenreviews" || json.NewDecoder(r.Body).Decode(&tr) != nil {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		n.Add(1)
+		if user, ok := tokens[tr.Spec.Token]; ok && len(tr.Spec.Audiences) == 0 {
+			tr.Status.Authenticated = true
+			tr.Status.User = authenticationv1.UserInfo{Username: user, Groups: []string{"sa-group"}}
+		} else {
+			tr.Status.Error = "invalid bearer token"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(&tr)
+	}))
+	t.Cleanup(srv.Close)
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.AuthenticationV1(), n
+}
+
+func getWithToken(t *testing.T, c *http.Client, url, token string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestBearerTokensAreReviewedAndAuthorized(t *testing.T) {
+	const scraper, other = "system:serviceaccount:mon:scraper", "system:serviceaccount:mon:other"
+	reviews, asked := tokenReviews(t, map[string]string{"good": scraper, "unbound": other})
+	az := &recordingAuthorizer{allow: map[string]bool{scraper + " get metrics": true}}
+	ts := startServer(t, func(c *Config) {
+		c.Authorizer = az
+		c.TokenReviews = reviews
+		c.Metrics = prometheus.NewRegistry()
+	})
+	anon := ts.client(nil)
+
+	if code, _ := getWithToken(t, anon, ts.url+"/metrics", "good"); code != http.StatusOK {
+		t.Errorf("allowed token: %d", code)
+	}
+	if code, _ := getWithToken(t, anon, ts.url+"/metrics", "good"); code != http.StatusOK || asked.Load() != 1 {
+		t.Errorf("allowed token again: %d, %d reviews, want the first answer cached", code, asked.Load())
+	}
+	if code, body := getWithToken(t, anon, ts.url+"/metrics", "unbound"); code != http.StatusForbidden ||
+		body != "Forbidden (user="+other+", verb=get, resource=nodes, subresource=metrics)\n" {
+		t.Errorf("token without the role: %d %q, want the kubelet's Forbidden", code, body)
+	}
+	for _, tok := range []string{"garbage", ""} {
+		if code, body := getWithToken(t, anon, ts.url+"/metrics", tok); code != http.StatusUnauthorized || body != "Unauthorized\n" {
+			t.Errorf("token %q: %d %q, want 401", tok, code, body)
+		}
+	}
+	// A verified certificate is the identity, whatever the token says.
+	viewer := ts.ca.issue("viewer", []string{"team"}, x509.ExtKeyUsageClientAuth)
+	getWithToken(t, ts.client(&viewer), ts.url+"/metrics", "good")
+	want := []string{scraper + " get metrics", scraper + " get metrics", other + " get metrics", "viewer get metrics"}
+	if strings.Join(az.asked, "|") != strings.Join(want, "|") {
+		t.Errorf("asked %q, want %q", az.asked, want)
+	}
+}
+
+func TestTokensIgnoredWithoutTokenReviews(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Authorizer = &recordingAuthorizer{} })
+	if code, _ := getWithToken(t, ts.client(nil), ts.url+"/healthz", "any"); code != http.StatusUnauthorized {
+		t.Errorf("token without TokenReviews configured: %d, want 401", code)
 	}
 }

@@ -30,6 +30,14 @@ func (s *Server) handler() http.Handler {
 			ErrorLog: slogPrinter{s.cfg.Log},
 		}))
 	}
+	if s.cfg.Summary != nil {
+		mux.HandleFunc("GET /stats/summary", s.summary)
+	}
+	if s.cfg.ResourceMetrics != nil {
+		mux.Handle("GET /metrics/resource", promhttp.HandlerFor(s.cfg.ResourceMetrics, promhttp.HandlerOpts{
+			ErrorLog: slogPrinter{s.cfg.Log},
+		}))
+	}
 	if s.cfg.Shutdown != nil {
 		mux.Handle("/shutdown", s.cfg.Shutdown)
 	}
@@ -59,6 +67,16 @@ func (s *Server) pods(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if err := json.NewEncoder(w).Encode(&list); err != nil {
 		s.cfg.Log.Debug("agent API: writing /pods", "err", err)
+	}
+}
+
+// summary serves the kubelet's summary API; ?only_cpu_and_memory=true
+// (metrics-server's older query) keeps the CPU and memory figures.
+func (s *Server) summary(w http.ResponseWriter, r *http.Request) {
+	sum := s.cfg.Summary(r.Context(), r.URL.Query().Get("only_cpu_and_memory") == "true")
+	w.Header().Set("Content-Type", "application/json")
+	if err := json.NewEncoder(w).Encode(&sum); err != nil {
+		s.cfg.Log.Debug("agent API: writing /stats/summary", "err", err)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package agentapi is the agent's HTTPS API on the kubelet port: the subset
 // of the kubelet API the kube-apiserver calls (container logs, exec, attach,
-// port-forward, run, health, metrics, pods), for clients with a certificate
-// of the cluster CA.
+// port-forward, run, health, metrics, pods, stats), for clients with a
+// certificate of the cluster CA or, as the kubelet's webhook authentication,
+// a bearer token the API server's TokenReview accepts.
 package agentapi
 
 import (
@@ -18,6 +19,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	authenticationclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/disconnect"
@@ -41,13 +45,22 @@ type Config struct {
 	Pods               func() []*v1.Pod     // optional: serves /pods; required with Streams
 	Streams            Streams              // optional: serves /exec, /attach, /portForward and /run
 	Metrics            *prometheus.Registry // optional: serves /metrics
-	Shutdown           http.Handler         // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
+	// Summary, optional, serves /stats/summary (the kubelet's summary API,
+	// internal/nodestats), ResourceMetrics /metrics/resource.
+	Summary         func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary
+	ResourceMetrics prometheus.Gatherer
+	Shutdown        http.Handler // optional: serves /shutdown (graceful node shutdown: GET, POST, DELETE)
 	// Timeline, optional, serves /timeline/ (the pods that have one),
 	// /timeline/{namespace}/{pod} (a pod's lifecycle to the millisecond:
 	// JSON, or ?format=trace for Chrome's trace event format) and the page
 	// at /timeline-ui/.
 	Timeline Timelines
 	Clock    clock.Clock // optional: "now" for sinceSeconds
+	// TokenReviews, optional, authenticates requests without a client
+	// certificate by their bearer token (a TokenReview, answers cached
+	// TokenCacheTTL as the kubelet's webhook authentication); without it
+	// only client certificates are admitted.
+	TokenReviews authenticationclient.AuthenticationV1Interface
 	// Authorizer, optional, decides for identities other than the API
 	// server's and system:masters (refused without one).
 	Authorizer Authorizer
@@ -62,9 +75,10 @@ type Timelines interface {
 
 // Server serves the agent API. Listen (optional) then Run, once, from one goroutine.
 type Server struct {
-	cfg Config
-	tls *tls.Config
-	ln  net.Listener
+	cfg   Config
+	tls   *tls.Config
+	authn authenticator.Request
+	ln    net.Listener
 }
 
 // New checks cfg and loads the certificates it names.
@@ -104,7 +118,11 @@ func New(cfg Config) (*Server, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("agent API: client CA: no certificate in %s", cfg.ClientCAFile)
 	}
-	return &Server{cfg: cfg, tls: &tls.Config{
+	authn, err := newAuthenticator(caPEM, cfg.TokenReviews)
+	if err != nil {
+		return nil, fmt.Errorf("agent API: %w", err)
+	}
+	return &Server{cfg: cfg, authn: authn, tls: &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if c := getCert(); c != nil {
@@ -112,7 +130,9 @@ func New(cfg Config) (*Server, error) {
 			}
 			return nil, errors.New("no serving certificate yet: the node's kubelet-serving CSR awaits approval")
 		},
-		ClientAuth: tls.RequireAndVerifyClientCert,
+		// As the kubelet: a certificate is asked for (and verified when
+		// given) but a bearer token may stand in for it.
+		ClientAuth: tls.VerifyClientCertIfGiven,
 		ClientCAs:  pool,
 	}}, nil
 }

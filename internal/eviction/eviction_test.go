@@ -1,6 +1,8 @@
 package eviction
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -309,5 +311,36 @@ func TestAdmitUnderPressure(t *testing.T) {
 				t.Fatalf("got %q %v, want %q", msg, ok, tc.want)
 			}
 		})
+	}
+}
+
+// The node's CPU time comes from the root cgroup, wherever the machine
+// mounts cpuacct (its own hierarchy, co-mounted with cpu, or v2).
+func TestHostCPUTime(t *testing.T) {
+	for _, tt := range []struct {
+		name, file, body string
+		want             uint64
+	}{
+		{"v1 cpuacct alone", "cpuacct/cpuacct.usage", "42000\n", 42000},
+		{"v1 co-mounted", "cpu,cpuacct/cpuacct.usage", "43000\n", 43000},
+		{"v2", "cpu.stat", "usage_usec 44\nuser_usec 40\n", 44000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			path := filepath.Join(root, tt.file)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(tt.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			u := Host{CgroupRoot: root}.Usage()
+			if !u.CPUOK || u.CPUUsageCoreNanoSeconds != tt.want {
+				t.Errorf("CPU = %d %v, want %d", u.CPUUsageCoreNanoSeconds, u.CPUOK, tt.want)
+			}
+		})
+	}
+	if u := (Host{CgroupRoot: t.TempDir()}).Usage(); u.CPUOK {
+		t.Errorf("CPU read from nothing: %+v", u)
 	}
 }

@@ -171,6 +171,8 @@ func (pm PodMeter) Stats(ctx context.Context, pods []*v1.Pod) StatsFunc {
 				Name: name, MemoryWorkingSet: u.MemoryWorkingSet,
 				LogsBytes: logs.Bytes, LogsInodes: logs.Inodes,
 				RootfsBytes: u.WritableBytes, RootfsInodes: u.WritableInodes,
+				MemoryUsage: u.MemoryUsage, MemoryRSS: u.MemoryRSS, CPUUsageCoreNanoSeconds: u.CPUUsageCoreNanoSeconds,
+				StartedAt: s.StartedAt, Running: s.State == runtime.StateRunning,
 			})
 			if s.State == runtime.StateRunning {
 				ps.Processes += u.Processes
@@ -203,4 +205,41 @@ func containerNames(pod *v1.Pod) []string {
 		out = append(out, c.Name)
 	}
 	return out
+}
+
+// NodeUsage is the node's CPU time and memory as the stats endpoints show
+// them (internal/nodestats): cAdvisor's root cgroup figures.
+type NodeUsage struct {
+	CPUUsageCoreNanoSeconds uint64
+	CPUOK                   bool
+	MemoryWorkingSet        int64
+	MemoryUsage             int64
+	MemoryAvailable         int64
+	MemoryOK                bool
+}
+
+// Usage measures the node: memory as Observe (total less the root
+// working set), CPU time from the root cgroup (v1's cpuacct.usage, in
+// whichever hierarchy holds it; v2's cpu.stat).
+func (h Host) Usage() NodeUsage {
+	var u NodeUsage
+	if total := memTotal(); total > 0 {
+		if ws, ok := h.rootWorkingSet(total); ok {
+			u.MemoryWorkingSet, u.MemoryAvailable, u.MemoryOK = ws, max(0, total-ws), true
+			u.MemoryUsage = ws
+			if usage, ok := readInt(filepath.Join(h.CgroupRoot, "memory", "memory.usage_in_bytes")); ok {
+				u.MemoryUsage = usage
+			}
+		}
+	}
+	for _, f := range []string{"cpuacct/cpuacct.usage", "cpu,cpuacct/cpuacct.usage", "cpu/cpuacct.usage"} {
+		if n, ok := readInt(filepath.Join(h.CgroupRoot, f)); ok {
+			u.CPUUsageCoreNanoSeconds, u.CPUOK = uint64(n), true
+			return u
+		}
+	}
+	if us := statValue(filepath.Join(h.CgroupRoot, "cpu.stat"), "usage_usec"); us > 0 {
+		u.CPUUsageCoreNanoSeconds, u.CPUOK = uint64(us)*1000, true
+	}
+	return u
 }

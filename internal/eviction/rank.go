@@ -2,6 +2,7 @@ package eviction
 
 import (
 	"sort"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,6 +17,11 @@ type ContainerStats struct {
 	MemoryWorkingSet          int64
 	LogsBytes, LogsInodes     int64
 	RootfsBytes, RootfsInodes int64
+	// What the stats endpoints show beside (internal/nodestats).
+	MemoryUsage, MemoryRSS  int64
+	CPUUsageCoreNanoSeconds uint64
+	StartedAt               time.Time
+	Running                 bool
 }
 
 // VolumeStats are one volume's measures.

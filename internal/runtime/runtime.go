@@ -265,6 +265,12 @@ type Usage struct {
 	// MemoryWorkingSet is memory usage less inactive file pages, as
 	// cAdvisor's working set.
 	MemoryWorkingSet int64
+	// MemoryUsage is the cgroup's memory usage (page cache included) and
+	// MemoryRSS its anonymous and swap cache memory, as cAdvisor's.
+	MemoryUsage, MemoryRSS int64
+	// CPUUsageCoreNanoSeconds is the CPU time the container used since it
+	// started (cumulative, all cores).
+	CPUUsageCoreNanoSeconds uint64
 	// Processes are the container's tasks.
 	Processes int64
 	// WritableBytes and WritableInodes are the container's writable layer.

@@ -214,17 +214,7 @@ func checkAgentAPIAuthorization(t *testing.T, admin kubernetes.Interface, server
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	// The serving certificate names the node's address, as the API server reaches it.
-	n, err := admin.CoreV1().Nodes().Get(ctx, "joined", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := ""
-	for _, a := range n.Status.Addresses {
-		if a.Type == v1.NodeInternalIP {
-			host = a.Address
-		}
-	}
+	host := nodeInternalIP(t, admin, "joined")
 	url := fmt.Sprintf("https://%s/pods", net.JoinHostPort(host, fmt.Sprint(agentPort)))
 	for _, tt := range []struct {
 		user     string

@@ -14,8 +14,11 @@ func (r *Runtime) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 		return runtime.Usage{}, classify(err, "stats of container %s", id)
 	}
 	return runtime.Usage{
-		MemoryWorkingSet: int64(s.GetMemory().GetWorkingSetBytes().GetValue()),
-		WritableBytes:    int64(s.GetWritableLayer().GetUsedBytes().GetValue()),
-		WritableInodes:   int64(s.GetWritableLayer().GetInodesUsed().GetValue()),
+		MemoryWorkingSet:        int64(s.GetMemory().GetWorkingSetBytes().GetValue()),
+		MemoryUsage:             int64(s.GetMemory().GetUsageBytes().GetValue()),
+		MemoryRSS:               int64(s.GetMemory().GetRssBytes().GetValue()),
+		CPUUsageCoreNanoSeconds: s.GetCpu().GetUsageCoreNanoSeconds().GetValue(),
+		WritableBytes:           int64(s.GetWritableLayer().GetUsedBytes().GetValue()),
+		WritableInodes:          int64(s.GetWritableLayer().GetInodesUsed().GetValue()),
 	}, nil
 }

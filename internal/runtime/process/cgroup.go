@@ -22,8 +22,9 @@ const cgroupRoot = "/sys/fs/cgroup"
 var v1Controllers = []string{"pids", "memory"}
 
 // v1Optional are v1 hierarchies used when the machine has them: cpu for the
-// CPU quota and shares.
-var v1Optional = []string{"cpu"}
+// CPU quota and shares, cpuacct for the CPU time used (a hierarchy of its
+// own on some machines, co-mounted with cpu on others).
+var v1Optional = []string{"cpu", "cpuacct"}
 
 // cgroupSet is a container's cgroup: one directory per v1 hierarchy, or a
 // single v2 directory. The zero value (no directories) means none, and every
