@@ -37,7 +37,12 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/google/renameio/v2 v2.0.2 // indirect
+require (
+	github.com/Microsoft/hnslib v0.1.2 // indirect
+	github.com/google/renameio/v2 v2.0.2 // indirect
+	github.com/moby/ipvs v1.1.0 // indirect
+	sigs.k8s.io/knftables v0.0.21 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -176,7 +181,7 @@ require (
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/urfave/cli/v2 v2.27.7 // indirect
 	github.com/vbatts/tar-split v0.12.2 // indirect
-	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netlink v1.3.1
 	github.com/vishvananda/netns v0.0.5 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
@@ -223,7 +228,7 @@ require (
 	k8s.io/apiserver v0.36.3
 	k8s.io/cli-runtime v0.36.3 // indirect
 	k8s.io/cloud-provider v0.36.3 // indirect
-	k8s.io/cluster-bootstrap v0.0.0 // indirect
+	k8s.io/cluster-bootstrap v0.0.0
 	k8s.io/controller-manager v0.36.3 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.36.3 // indirect

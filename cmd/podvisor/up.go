@@ -18,7 +18,7 @@ func runUp(args []string) error {
 	fs := flag.NewFlagSet("podvisor up", flag.ContinueOnError)
 	var o up.Options
 	fs.StringVar(&o.DataDir, "data-dir", datadir.Default(), "directory for all state (etcd, PKI, pods)")
-	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API on 127.0.0.1")
+	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API (on every address, or on 127.0.0.1 when the machine has no default route)")
 	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of the node agent's API (logs, exec)")
 	fs.StringVar(&o.NodeName, "node-name", "", "name of the node (default: the hostname)")
 	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
@@ -30,6 +30,7 @@ func runUp(args []string) error {
 	fs.StringVar(&o.Runtime.Kind, "runtime", agent.RuntimeContainerd, "container runtime: containerd (OCI images, on a containerd podvisor runs; needs root, runc and the CNI plugins) or process (host processes, no images)")
 	fs.StringVar(&o.Runtime.Endpoint, "container-runtime-endpoint", "", "an existing CRI runtime's socket (unix:///…) to use instead of podvisor's own containerd")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
+	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -88,6 +88,10 @@ type Podvisor struct {
 	// Runtime is podvisor's --runtime: e2eRuntime() unless the test says
 	// otherwise.
 	Runtime string
+	// ServiceProxy runs the node's kube-proxy. Off unless a test asks
+	// (serviceProxyTest): podvisors of one network namespace would rewrite
+	// each other's Service rules.
+	ServiceProxy bool
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
@@ -178,6 +182,9 @@ func (p *Podvisor) Start() {
 		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
 		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1]),
 		"--runtime", p.Runtime}, p.Args...)
+	if !p.ServiceProxy {
+		args = append(args, "--disable-service-proxy")
+	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {
 			p.clusterCIDR = nextClusterCIDR()
