@@ -30,21 +30,22 @@ const serviceProxyLock = "/tmp/podvisor-e2e-service-proxy.lock"
 
 // serviceProxyTest starts a containerd podvisor that runs its service
 // proxy, once no other test on this machine runs one, with the service
-// CIDR routed to a blackhole in the host's namespace: a ClusterIP the proxy
+// CIDR routed to nowhere in the host's namespace (an `unreachable` route: a
+// blackhole that answers with ICMP host unreachable): a ClusterIP the proxy
 // has no rule for then fails at once instead of leaving by the default
 // route. Pods' Service traffic is DNATed in PREROUTING, before the route
-// lookup, so the blackhole only catches what the proxy missed. (It would
+// lookup, so the route only catches what the proxy missed. (It would
 // also break connections from the host itself to ClusterIPs, whose route is
 // looked up before the nat OUTPUT hook: these tests make none.)
 func serviceProxyTest(t *testing.T) *Podvisor {
 	t.Helper()
 	needContainerd(t)
 	lockServiceProxy(t)
-	if out, err := exec.Command("ip", "route", "replace", "blackhole", controlplane.ServiceCIDR).CombinedOutput(); err != nil {
-		t.Fatalf("blackhole route for %s: %v: %s", controlplane.ServiceCIDR, err, out)
+	if out, err := exec.Command("ip", "route", "replace", "unreachable", controlplane.ServiceCIDR).CombinedOutput(); err != nil {
+		t.Fatalf("unreachable route for %s: %v: %s", controlplane.ServiceCIDR, err, out)
 	}
 	t.Cleanup(func() {
-		_ = exec.Command("ip", "route", "del", "blackhole", controlplane.ServiceCIDR).Run()
+		_ = exec.Command("ip", "route", "del", "unreachable", controlplane.ServiceCIDR).Run()
 	})
 	// Runs after the podvisor stops (clean-ups run last first): the proxy
 	// leaves its rules, as upstream's does across restarts, and they would
