@@ -292,3 +292,28 @@ func envValue(out, name string) string {
 	}
 	return ""
 }
+
+// TestServiceProxyWithoutBackend: a node whose kernel tools the proxy
+// cannot use (neither nft nor iptables on PATH) says so in one log line and
+// stays Ready.
+func TestServiceProxyWithoutBackend(t *testing.T) {
+	// It should program nothing; the lock makes sure that, if it did, it
+	// would not fight another test's proxy.
+	lockServiceProxy(t)
+	p := NewPodvisor(t)
+	p.Runtime = "process" // the containerd runtime's pod network needs iptables
+	p.ServiceProxy = true
+	p.Env = []string{"PATH=" + t.TempDir()}
+	p.Start()
+	Eventually(t, time.Minute, "the service proxy's error in podvisor.log", func() (bool, error) {
+		b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+		return strings.Contains(string(b), `level=ERROR msg="service proxy not started: Service IPs do not route on this node" component=service-proxy err="no usable service proxy backend: nftables unusable (no nft command on PATH) and no iptables command on PATH"`), err
+	})
+	node, err := p.Admin.CoreV1().Nodes().Get(context.Background(), p.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !nodeReady(node) {
+		t.Errorf("node %s is not Ready after the service proxy failed: %+v", p.NodeName, node.Status.Conditions)
+	}
+}
