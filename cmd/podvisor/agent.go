@@ -14,7 +14,8 @@ import (
 	"github.com/podvisor/podvisor/internal/up"
 )
 
-func runAgent(args []string) error {
+// agentFlags defines agent's flags into o and hashes (--ca-cert-hash).
+func agentFlags(o *up.AgentOptions, hashes *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("podvisor agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: podvisor agent --node-name N --data-dir D JOIN [flags]
@@ -35,11 +36,9 @@ Runs a node agent that joins a cluster; JOIN is one of:
 `)
 		fs.PrintDefaults()
 	}
-	var o up.AgentOptions
-	var hashes string
 	fs.StringVar(&o.Server, "server", "", "API server to join, https://HOST:PORT")
 	fs.StringVar(&o.Token, "token", "", "bootstrap token, ID.SECRET ('podvisor token create')")
-	fs.StringVar(&hashes, "ca-cert-hash", "", "sha256:HEX pin(s) of the cluster CA's public key, comma-separated")
+	fs.StringVar(hashes, "ca-cert-hash", "", "sha256:HEX pin(s) of the cluster CA's public key, comma-separated")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "join with this kubeconfig's credentials")
 	fs.StringVar(&o.NodeIP, "node-ip", "", "the node's address (default: the address of the default route's interface)")
 	fs.StringVar(&o.ServerDataDir, "server-data-dir", "", "data directory of a running podvisor up on this machine to join (testing)")
@@ -53,11 +52,15 @@ Runs a node agent that joins a cluster; JOIN is one of:
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "the cluster's pod network, as the server's --cluster-cidr: routed between nodes, not masqueraded")
 	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy, or a second node on one machine)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print logs to stderr (they always go to DATA_DIR/podvisor.log)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	return fs
+}
+
+func runAgent(args []string) error {
+	var o up.AgentOptions
+	var hashes string
+	fs := agentFlags(&o, &hashes)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent takes no arguments, got %q", fs.Args())

@@ -24,6 +24,13 @@ const imageUsage = `Usage:
 Files in DATA_DIR/images (.tar, .tar.gz, .tgz, .tar.zst, .tzst) are imported at every start.
 `
 
+// imageFlags defines image VERB's flags.
+func imageFlags(verb string, dataDir *string) *flag.FlagSet {
+	fs := flag.NewFlagSet("podvisor image "+verb, flag.ContinueOnError)
+	fs.StringVar(dataDir, "data-dir", datadir.Default(), "data directory of the running podvisor")
+	return fs
+}
+
 func runImage(args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, imageUsage)
@@ -37,13 +44,10 @@ func runImage(args []string) error {
 		fmt.Fprintf(os.Stderr, "podvisor image: unknown command %q\n\n%s", verb, imageUsage)
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("podvisor image "+verb, flag.ContinueOnError)
-	dir := fs.String("data-dir", datadir.Default(), "data directory of the running podvisor")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	dir := new(string)
+	fs := imageFlags(verb, dir)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if verb == "import" && fs.NArg() == 0 {
 		return fmt.Errorf("image import: no FILE given")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 
@@ -8,6 +9,9 @@ import (
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 
 	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/flagfile"
+	// kubectl version's client version: v1.36.3, not upstream's placeholder.
+	_ "github.com/podvisor/podvisor/internal/kubeversion"
 )
 
 // kubectl runs the upstream kubectl, pointed at the local admin kubeconfig
@@ -22,10 +26,27 @@ func kubectl(args []string) {
 	if !explicit {
 		dir := os.Getenv("PODVISOR_DATA_DIR")
 		if dir == "" {
-			dir = datadir.Default()
+			dir = configDataDir()
 		}
 		os.Setenv("KUBECONFIG", datadir.AdminKubeconfig(dir))
 	}
 	os.Args = append([]string{"kubectl"}, args...)
 	os.Exit(cli.Run(kubectlcmd.NewDefaultKubectlCommand()))
+}
+
+// configDataDir is the config file's data-dir (kubectl's own flags leave no
+// room for --config-file: $PODVISOR_CONFIG_FILE or the default file), else
+// the default data dir.
+func configDataDir() string {
+	_, entries, err := flagfile.Read("")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podvisor kubectl: %v\n", err)
+		os.Exit(1)
+	}
+	for _, e := range entries {
+		if e.Key == "data-dir" && len(e.Values) == 1 {
+			return e.Values[0]
+		}
+	}
+	return datadir.Default()
 }

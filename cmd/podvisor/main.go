@@ -22,7 +22,14 @@ Usage:
   podvisor image import|ls   import images from tars into the node's containerd, list them
   podvisor reset [--data-dir DIR]
                              remove the pods, containers and network a stopped podvisor left running
+  podvisor secrets-encrypt status|rotate-keys
+                             Secrets' encryption at rest (up/server --secrets-encryption)
+  podvisor certificate rotate
+                             re-issue the control plane's certificates (podvisor stopped)
   podvisor version           print versions
+
+Every subcommand's flags may also come from a config file (YAML keys named as
+the flags): --config-file, $PODVISOR_CONFIG_FILE or /etc/podvisor/config.yaml.
 
 Run 'podvisor up -h' for its flags.
 `
@@ -53,6 +60,10 @@ func main() {
 		err = runTimeline(args)
 	case "reset":
 		err = runReset(args)
+	case "secrets-encrypt":
+		err = runSecretsEncrypt(args)
+	case "certificate":
+		err = runCertificate(args)
 	case shimCommand:
 		shim(args) // exits
 	case containerdCommand:

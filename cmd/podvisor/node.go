@@ -23,6 +23,23 @@ const nodeUsage = `Usage:
   podvisor node status [flags]     whether a shutdown is under way, and the last one's times
 `
 
+type nodeOptions struct {
+	dataDir, node, agentHost string
+	wait                     bool
+}
+
+// nodeFlags defines node VERB's flags into o.
+func nodeFlags(verb string, o *nodeOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("podvisor node "+verb, flag.ContinueOnError)
+	fs.StringVar(&o.dataDir, "data-dir", datadir.Default(), "data directory of the running `podvisor up` (for its admin certificate)")
+	fs.StringVar(&o.node, "node", "", "node whose agent to ask (default: the node of --data-dir)")
+	fs.StringVar(&o.agentHost, "agent-host", "127.0.0.1", "address of the agent (its port is read from the Node)")
+	if verb == "shutdown" {
+		fs.BoolVar(&o.wait, "wait", false, "return only once every pod is stopped (then the machine may power off)")
+	}
+	return fs
+}
+
 func runNode(args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(os.Stderr, nodeUsage)
@@ -36,20 +53,12 @@ func runNode(args []string) error {
 		fmt.Fprintf(os.Stderr, "podvisor node: unknown command %q\n\n%s", verb, nodeUsage)
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("podvisor node "+verb, flag.ContinueOnError)
-	dir := fs.String("data-dir", datadir.Default(), "data directory of the running `podvisor up` (for its admin certificate)")
-	nodeName := fs.String("node", "", "node whose agent to ask (default: the node of --data-dir)")
-	host := fs.String("agent-host", "127.0.0.1", "address of the agent (its port is read from the Node)")
-	var wait *bool
-	if verb == "shutdown" {
-		wait = fs.Bool("wait", false, "return only once every pod is stopped (then the machine may power off)")
+	var o nodeOptions
+	fs := nodeFlags(verb, &o)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
-	}
+	dir, nodeName, host, wait := &o.dataDir, &o.node, &o.agentHost, &o.wait
 	if fs.NArg() > 0 {
 		return fmt.Errorf("node %s takes no arguments, got %q", verb, fs.Args())
 	}

@@ -23,15 +23,19 @@ masquerade rule and routes to other nodes' pods. The data directory (etcd, PKI, 
 too for a fresh start. Refuses while podvisor runs with that data directory.
 `
 
-func runReset(args []string) error {
+// resetFlags defines reset's flags.
+func resetFlags(dataDir *string) *flag.FlagSet {
 	fs := flag.NewFlagSet("podvisor reset", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, resetUsage); fs.PrintDefaults() }
-	dir := fs.String("data-dir", datadir.Default(), "data directory of the stopped podvisor")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	fs.StringVar(dataDir, "data-dir", datadir.Default(), "data directory of the stopped podvisor")
+	return fs
+}
+
+func runReset(args []string) error {
+	dir := new(string)
+	fs := resetFlags(dir)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("reset takes no arguments, got %q", fs.Args())

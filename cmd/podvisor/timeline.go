@@ -29,17 +29,30 @@ node proxy. -o trace writes Chrome's trace event format, which
 https://ui.perfetto.dev opens. -w follows new entries.
 `
 
-func runTimeline(args []string) error {
+type timelineOptions struct {
+	namespace, output, kubeconfig, dataDir string
+	watch                                  bool
+}
+
+// timelineFlags defines timeline's flags into o.
+func timelineFlags(o *timelineOptions) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("timeline", pflag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprint(os.Stderr, timelineUsage); fs.PrintDefaults() }
-	ns := fs.StringP("namespace", "n", "default", "the pod's namespace")
-	out := fs.StringP("output", "o", "table", "table, json or trace")
-	follow := fs.BoolP("watch", "w", false, "follow new entries (table only)")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig (default: $KUBECONFIG, else the data dir's admin kubeconfig)")
-	dataDir := fs.String("data-dir", "", "podvisor's data dir (default: $PODVISOR_DATA_DIR, else "+datadir.Default()+")")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVarP(&o.namespace, "namespace", "n", "default", "the pod's namespace")
+	fs.StringVarP(&o.output, "output", "o", "table", "table, json or trace")
+	fs.BoolVarP(&o.watch, "watch", "w", false, "follow new entries (table only)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, else the data dir's admin kubeconfig)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "podvisor's data dir (default: $PODVISOR_DATA_DIR, else "+datadir.Default()+")")
+	return fs
+}
+
+func runTimeline(args []string) error {
+	var o timelineOptions
+	fs := timelineFlags(&o)
+	if err := parsePFlags(fs, args); err != nil {
 		return err
 	}
+	ns, out, follow, kubeconfig, dataDir := &o.namespace, &o.output, &o.watch, &o.kubeconfig, &o.dataDir
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return fmt.Errorf("timeline: one pod name, got %d arguments", fs.NArg())

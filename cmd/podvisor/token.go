@@ -18,22 +18,33 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 )
 
+type tokenOptions struct {
+	dataDir, kubeconfig, description string
+	ttl                              time.Duration
+	printJoin                        bool
+}
+
+// tokenFlags defines token VERB's flags into o.
+func tokenFlags(verb string, o *tokenOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("podvisor token "+verb, flag.ContinueOnError)
+	fs.StringVar(&o.dataDir, "data-dir", datadir.Default(), "data directory of the podvisor server (its admin.kubeconfig is used)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "an administrator's kubeconfig instead of the data dir's")
+	fs.DurationVar(&o.ttl, "ttl", 24*time.Hour, "how long the token is valid (0: forever)")
+	fs.StringVar(&o.description, "description", "", "what the token is for")
+	fs.BoolVar(&o.printJoin, "print-join-command", false, "print the whole 'podvisor agent' command line that joins with the token")
+	return fs
+}
+
 func runToken(args []string) error {
 	if len(args) == 0 || (args[0] != "create" && args[0] != "list") {
 		return fmt.Errorf("usage: podvisor token create [--ttl 24h] [--print-join-command] | podvisor token list")
 	}
-	fs := flag.NewFlagSet("podvisor token "+args[0], flag.ContinueOnError)
-	dataDir := fs.String("data-dir", datadir.Default(), "data directory of the podvisor server (its admin.kubeconfig is used)")
-	kubeconfig := fs.String("kubeconfig", "", "an administrator's kubeconfig instead of the data dir's")
-	ttl := fs.Duration("ttl", 24*time.Hour, "how long the token is valid (0: forever)")
-	description := fs.String("description", "", "what the token is for")
-	printJoin := fs.Bool("print-join-command", false, "print the whole 'podvisor agent' command line that joins with the token")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	var o tokenOptions
+	fs := tokenFlags(args[0], &o)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
+	dataDir, kubeconfig, ttl, description, printJoin := &o.dataDir, &o.kubeconfig, &o.ttl, &o.description, &o.printJoin
 	if *kubeconfig == "" {
 		*kubeconfig = datadir.AdminKubeconfig(*dataDir)
 	}

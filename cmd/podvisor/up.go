@@ -14,9 +14,9 @@ import (
 	"github.com/podvisor/podvisor/internal/up"
 )
 
-func runUp(args []string) error {
+// upFlags defines up's flags into o.
+func upFlags(o *up.Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("podvisor up", flag.ContinueOnError)
-	var o up.Options
 	fs.StringVar(&o.DataDir, "data-dir", datadir.Default(), "directory for all state (etcd, PKI, pods)")
 	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API (on every address, or on 127.0.0.1 when the machine has no default route)")
 	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of the node agent's API (logs, exec)")
@@ -31,12 +31,16 @@ func runUp(args []string) error {
 	fs.StringVar(&o.Runtime.Endpoint, "container-runtime-endpoint", "", "an existing CRI runtime's socket (unix:///…) to use instead of podvisor's own containerd")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
 	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy)")
+	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		os.Exit(2)
+	return fs
+}
+
+func runUp(args []string) error {
+	var o up.Options
+	fs := upFlags(&o)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("up takes no arguments, got %q", fs.Args())

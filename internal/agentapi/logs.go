@@ -9,42 +9,21 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/podvisor/podvisor/internal/logs"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // LogSource finds container logs; the agent implements it.
 type LogSource interface {
 	// LogPath returns the log file of the container's current instance
 	// (previous: the one before), and a func that reports whether that
-	// instance has exited (for follow to stop). A not-found error (see
-	// isNotFound) is answered 404 with its text, any other 400 (as the
-	// kubelet answers errors getting logs).
+	// instance has exited (for follow to stop). An error of class
+	// runtime.ErrNotFound is answered 404 with its text, any other 400 (as
+	// the kubelet answers errors getting logs).
 	LogPath(namespace, pod, container string, previous bool) (path string, exited func() bool, err error)
-}
-
-// ErrNotFound classifies LogSource errors: no such pod, container or instance.
-var ErrNotFound = errors.New("not found")
-
-// NotFound returns an error with the formatted text that matches ErrNotFound,
-// e.g. NotFound("previous terminated container %q in pod %q not found", c, p).
-func NotFound(format string, args ...any) error {
-	return notFoundError(fmt.Sprintf(format, args...))
-}
-
-type notFoundError string
-
-func (e notFoundError) Error() string        { return string(e) }
-func (e notFoundError) Is(target error) bool { return target == ErrNotFound }
-
-// isNotFound reports whether err matches ErrNotFound or has a NotFound()
-// method returning true, so that a LogSource can classify its errors
-// without importing this package.
-func isNotFound(err error) bool {
-	var nf interface{ NotFound() bool }
-	return errors.Is(err, ErrNotFound) || (errors.As(err, &nf) && nf.NotFound())
 }
 
 func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +36,7 @@ func (s *Server) containerLogs(w http.ResponseWriter, r *http.Request) {
 	path, exited, err := s.cfg.Logs.LogPath(ns, pod, container, po.Previous)
 	if err != nil {
 		code := http.StatusBadRequest
-		if isNotFound(err) {
+		if runtime.IsNotFound(err) {
 			code = http.StatusNotFound
 		}
 		http.Error(w, err.Error(), code)
@@ -119,10 +98,10 @@ func parseLogOptions(q url.Values) (*v1.PodLogOptions, error) {
 		}
 	}
 	boolean := func(out *bool) func(*[]string) error {
-		return func(in *[]string) error { return runtime.Convert_Slice_string_To_bool(in, out, nil) }
+		return func(in *[]string) error { return k8sruntime.Convert_Slice_string_To_bool(in, out, nil) }
 	}
 	integer := func(out **int64) func(*[]string) error {
-		return func(in *[]string) error { return runtime.Convert_Slice_string_To_Pointer_int64(in, out, nil) }
+		return func(in *[]string) error { return k8sruntime.Convert_Slice_string_To_Pointer_int64(in, out, nil) }
 	}
 	param("follow", boolean(&o.Follow))
 	param("previous", boolean(&o.Previous))

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/logs"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // deadline bounds every wait in these tests.
@@ -40,12 +41,12 @@ type fakeLogs struct {
 func (f *fakeLogs) LogPath(ns, pod, container string, previous bool) (string, func() bool, error) {
 	key := ns + "/" + pod + "/" + container
 	if _, ok := f.paths[key]; !ok {
-		return "", nil, NotFound("container %q in pod %q is not available", container, pod)
+		return "", nil, runtime.NotFoundf("container %q in pod %q is not available", container, pod)
 	}
 	if previous {
 		key += "/previous"
 		if _, ok := f.paths[key]; !ok {
-			return "", nil, NotFound("previous terminated container %q in pod %q not found", container, pod)
+			return "", nil, runtime.NotFoundf("previous terminated container %q in pod %q not found", container, pod)
 		}
 		return f.paths[key], func() bool { return true }, nil
 	}
@@ -370,27 +371,5 @@ func TestNewValidatesConfig(t *testing.T) {
 	}
 	if s.cfg.Addr != DefaultAddr {
 		t.Errorf("default address %q", s.cfg.Addr)
-	}
-}
-
-type podGone struct{}
-
-func (podGone) Error() string  { return `pod "web" in namespace "default" is not available` }
-func (podGone) NotFound() bool { return true }
-
-func TestIsNotFound(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{NotFound("x"), true},
-		{fmt.Errorf("wrapped: %w", ErrNotFound), true},
-		{fmt.Errorf("wrapped: %w", podGone{}), true},
-		{errors.New(`container "c" in pod "p" is not available`), false}, // text is never matched
-		{os.ErrPermission, false},
-	} {
-		if got := isNotFound(tc.err); got != tc.want {
-			t.Errorf("isNotFound(%v) = %v", tc.err, got)
-		}
 	}
 }

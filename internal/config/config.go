@@ -50,6 +50,11 @@ type Config struct {
 	// EvictionMonitoringPeriod is not in the file (upstream has it fixed at
 	// 10 s); podvisor's --eviction-monitoring-period sets it for tests.
 	EvictionMonitoringPeriod time.Duration
+	// SerializeImagePulls (default true) pulls one image at a time; when
+	// false, MaxParallelImagePulls bounds the pulls at once (0: unset, no
+	// bound), as the kubelet's image puller.
+	SerializeImagePulls   bool
+	MaxParallelImagePulls int32
 	// ContainerRuntimeEndpoint is an existing CRI runtime to use instead of
 	// podvisor's own containerd; empty: none (--container-runtime-endpoint
 	// overrides it).
@@ -67,6 +72,7 @@ var implemented = map[string]bool{
 	"evictionHard": true, "evictionSoft": true, "evictionSoftGracePeriod": true, "evictionMinimumReclaim": true,
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
+	"serializeImagePulls": true, "maxParallelImagePulls": true,
 }
 
 // Default is the configuration used without --config.
@@ -82,6 +88,7 @@ func Default() Config {
 		Eviction:                  defaultEviction(),
 		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
+		SerializeImagePulls:       true,
 
 		LocalStorageCapacityIsolation: true,
 	}
@@ -187,7 +194,41 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 	if kc.LocalStorageCapacityIsolation != nil {
 		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
 	}
+	if err := applyImagePulls(cfg, kc); err != nil {
+		return err
+	}
 	return applyEviction(cfg, kc)
+}
+
+// applyImagePulls: serializeImagePulls defaults to true; the kubelet's
+// validation texts.
+func applyImagePulls(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
+	if kc.SerializeImagePulls != nil {
+		cfg.SerializeImagePulls = *kc.SerializeImagePulls
+	}
+	if p := kc.MaxParallelImagePulls; p != nil {
+		if *p < 1 {
+			return fmt.Errorf("invalid configuration: maxParallelImagePulls %v must be a positive number", *p)
+		}
+		if cfg.SerializeImagePulls && *p > 1 {
+			return fmt.Errorf("invalid configuration: maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false")
+		}
+		cfg.MaxParallelImagePulls = *p
+	}
+	return nil
+}
+
+// ParallelImagePulls is how many image pulls may run at once on the node:
+// 1 when serialized, else maxParallelImagePulls, or -1 for no bound when it
+// is unset (the kubelet's parallel puller without a limit).
+func (c Config) ParallelImagePulls() int {
+	switch {
+	case c.SerializeImagePulls:
+		return 1
+	case c.MaxParallelImagePulls > 0:
+		return int(c.MaxParallelImagePulls)
+	}
+	return -1
 }
 
 // applyEviction: as the kubelet, an evictionHard that is set replaces the

@@ -67,6 +67,8 @@ func TestBadFiles(t *testing.T) {
 		"back-off cap < 1s":   {header + "crashLoopBackOff:\n  maxContainerRestartPeriod: 500ms\n", "between 1s and 300s"},
 		"critical > total":    {header + "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n", "must not exceed"},
 		"both shutdown forms": {header + "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n", "must be empty"},
+		"parallel pulls 0":    {header + "serializeImagePulls: false\nmaxParallelImagePulls: 0\n", "maxParallelImagePulls 0 must be a positive number"},
+		"parallel but serial": {header + "maxParallelImagePulls: 3\n", "maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := write(t, tc.body)
@@ -110,5 +112,31 @@ func TestEvictionHardReplacesOrMergesDefaults(t *testing.T) {
 	}
 	if _, _, err := Load(write(t, head+"evictionSoft:\n  memory.available: 1Gi\n")); err == nil || !strings.Contains(err.Error(), "grace period must be specified") {
 		t.Errorf("soft without grace: %v", err)
+	}
+}
+
+// Image pulls: serialized by default; serializeImagePulls false without a
+// bound pulls everything at once (-1); maxParallelImagePulls bounds them.
+func TestParallelImagePulls(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		want int
+	}{
+		{"", 1},
+		{"serializeImagePulls: true\n", 1},
+		{"maxParallelImagePulls: 1\n", 1},
+		{"serializeImagePulls: false\n", -1},
+		{"serializeImagePulls: false\nmaxParallelImagePulls: 5\n", 5},
+	} {
+		cfg, ignored, err := Load(write(t, header+tc.body+"maxPods: 10\n"))
+		if err != nil || len(ignored) != 0 {
+			t.Fatalf("%q: %v, ignored %v", tc.body, err, ignored)
+		}
+		if got := cfg.ParallelImagePulls(); got != tc.want {
+			t.Errorf("%q: ParallelImagePulls() = %d, want %d", tc.body, got, tc.want)
+		}
+	}
+	if got := Default().ParallelImagePulls(); got != 1 {
+		t.Errorf("without a file: %d, want 1 (serialized)", got)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
+	"github.com/podvisor/podvisor/internal/freeport"
 	"github.com/podvisor/podvisor/internal/pause"
 )
 
@@ -117,7 +118,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		return nil, fmt.Errorf("containerd: another containerd already serves %s (a podvisor still running with data dir %s?)", paths.Socket, o.DataDir)
 	}
 	if o.StreamPort == 0 {
-		if o.StreamPort, err = freePort(); err != nil {
+		if o.StreamPort, err = freeport.Pick(); err != nil {
 			return nil, fmt.Errorf("containerd: streaming server port: %w", err)
 		}
 	}
@@ -275,15 +276,6 @@ func Serving(socket string) bool {
 	}
 	c.Close()
 	return true
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func spawn(exe, shim string, paths Paths, snapshotter string) (*Process, error) {

@@ -14,6 +14,9 @@ import (
 	cmoptions "k8s.io/kubernetes/cmd/kube-controller-manager/app/options"
 	schedapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	schedoptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+
+	// The components report v1.36.3, not upstream's placeholder version.
+	_ "github.com/podvisor/podvisor/internal/kubeversion"
 )
 
 // parse applies command-line style arguments to every flag set of a component,

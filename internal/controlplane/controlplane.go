@@ -58,6 +58,9 @@ type Config struct {
 	// SigningDuration is the lifetime of the certificates the controller
 	// manager signs (node client and serving certificates); 0: a year.
 	SigningDuration time.Duration
+	// SecretsEncryption encrypts Secrets at rest (a key made in the data
+	// dir on first use; once made, it is used at every start).
+	SecretsEncryption bool
 }
 
 // ControlPlane is a running control plane.
@@ -148,6 +151,11 @@ func kubeconfigPath(dataDir, name string) string {
 // Start runs etcd, then the API server, then the controller manager and the
 // scheduler, and returns once the API server answers /readyz.
 func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
+	// First: a damaged key file stops the start before anything changed.
+	encArgs, err := encryptionArgs(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if err := Prepare(cfg); err != nil {
 		return nil, err
 	}
@@ -160,10 +168,14 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 	cp.etcd = e
+	if err := checkStoredSecrets(ctx, e, cfg.DataDir); err != nil {
+		cp.Stop()
+		return nil, err
+	}
 	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cp.cancel = cancel
 
-	run, err := runAPIServer(cctx, cp.apiserverArgs())
+	run, err := runAPIServer(cctx, append(cp.apiserverArgs(), encArgs...))
 	if err != nil {
 		cp.Stop()
 		return nil, fmt.Errorf("kube-apiserver: %w", err)

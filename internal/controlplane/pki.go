@@ -11,18 +11,31 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // PKI is the set of keys and certificates podvisor generates once into DIR/pki.
 // Every file is created only when missing, so a restart keeps the same CA.
 type PKI struct {
 	Dir string
+	// Clock decides leaf certificates' validity and renewal; nil: the
+	// real clock.
+	Clock clock.PassiveClock
+}
+
+func (p PKI) now() time.Time {
+	if p.Clock == nil {
+		return time.Now()
+	}
+	return p.Clock.Now()
 }
 
 // File names inside the PKI directory.
@@ -58,7 +71,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
+	now := p.now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "podvisor-ca"},
@@ -79,50 +92,47 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 	return cert, key, nil
 }
 
-// ensureLeaf creates the certificate named by spec unless it already exists.
+// ensureLeaf creates the certificate named by spec unless one exists that
+// names everything spec asks for and is not due for renewal.
 func (p PKI) ensureLeaf(ca *x509.Certificate, caSigner crypto.Signer, s certSpec) error {
 	crt, key := p.Path(s.name+".crt"), p.Path(s.name+".key")
-	if exists(crt) && exists(key) && coversNames(crt, s) {
-		return nil
+	if c, err := loadCert(crt); err == nil && exists(key) && coversNames(c, s) {
+		if !NeedsRenewal(c, p.now()) {
+			return nil
+		}
+		slog.Info("renewing certificate", "file", crt, "notAfter", c.NotAfter)
 	}
+	return p.issueLeaf(ca, caSigner, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: s.cn, Organization: s.orgs},
+		ExtKeyUsage: s.usages,
+		DNSNames:    s.dns,
+		IPAddresses: s.ips,
+	}, s.name)
+}
+
+// issueLeaf signs a fresh key for tmpl's subject, names and usages, valid
+// for LeafValidity from now, and writes it as pki/<stem>.crt and .key.
+func (p PKI) issueLeaf(ca *x509.Certificate, caSigner crypto.Signer, tmpl *x509.Certificate, stem string) error {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: s.cn, Organization: s.orgs},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(10, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  s.usages,
-		DNSNames:     s.dns,
-		IPAddresses:  s.ips,
-	}
+	now := p.now()
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore = now.Add(-time.Hour)
+	tmpl.NotAfter = now.Add(LeafValidity)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caSigner)
 	if err != nil {
 		return err
 	}
-	return writePair(crt, key, der, k)
+	return writePair(p.Path(stem+".crt"), p.Path(stem+".key"), der, k)
 }
 
-// coversNames reports whether the certificate at path names every address
-// and DNS name spec asks for (a server given a new --tls-san or address
-// gets a new serving certificate; other certificates are kept).
-func coversNames(path string, s certSpec) bool {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		return false
-	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return false
-	}
+// coversNames reports whether the certificate names every address and DNS
+// name spec asks for (a server given a new --tls-san or address gets a new
+// serving certificate; other certificates are kept).
+func coversNames(c *x509.Certificate, s certSpec) bool {
 	for _, ip := range s.ips {
 		if !slices.ContainsFunc(c.IPAddresses, ip.Equal) {
 			return false
@@ -134,6 +144,19 @@ func coversNames(path string, s certSpec) bool {
 		}
 	}
 	return true
+}
+
+// loadCert reads the first certificate of a PEM file.
+func loadCert(path string) (*x509.Certificate, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, fmt.Errorf("%s: no PEM certificate", path)
+	}
+	return x509.ParseCertificate(block.Bytes)
 }
 
 // Ensure creates every key and certificate the control plane and the agent need.

@@ -35,20 +35,8 @@ func newHTTPClient() *http.Client {
 			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
 			DisableKeepAlives: true,
 		},
-		CheckRedirect: sameHostRedirects,
+		CheckRedirect: httpget.SameHostRedirects,
 	}
-}
-
-// sameHostRedirects follows redirects on the same host only; a redirect
-// elsewhere is the response itself, as upstream.
-func sameHostRedirects(req *http.Request, via []*http.Request) error {
-	if req.URL.Hostname() != via[0].URL.Hostname() {
-		return http.ErrUseLastResponse
-	}
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	return nil
 }
 
 func (r *Runner) httpHandler(log *slog.Logger, pod *v1.Pod, c *v1.Container, podIP string, a *v1.HTTPGetAction) handler {

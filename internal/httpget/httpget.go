@@ -97,3 +97,16 @@ func ResolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
 	}
 	return port, nil
 }
+
+// SameHostRedirects is an http.Client's CheckRedirect for probes and hooks:
+// redirects to the request's own host (any port) are followed, up to 10; one
+// to another host is handed back as the response itself, as upstream.
+func SameHostRedirects(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}

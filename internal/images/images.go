@@ -29,7 +29,9 @@ type Config struct {
 	Recorder record.EventRecorder
 	Clock    clock.Clock // nil: the real clock
 	// ParallelPulls is how many pulls may run at once on the node; 0 or 1:
-	// one at a time, as upstream's default (serializeImagePulls: true).
+	// one at a time, as upstream's default (serializeImagePulls: true);
+	// negative: no bound (serializeImagePulls: false without
+	// maxParallelImagePulls).
 	ParallelPulls int
 	Log           *slog.Logger // nil: slog.Default()
 }
@@ -38,7 +40,7 @@ type Config struct {
 type Manager struct {
 	cfg     Config
 	backOff *pullBackOff
-	slots   chan struct{} // a pull holds one while it runs
+	slots   chan struct{} // a pull holds one while it runs; nil: no bound
 }
 
 // New builds a Manager; cfg.Images and cfg.Recorder are required.
@@ -52,7 +54,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock), slots: make(chan struct{}, max(cfg.ParallelPulls, 1))}, nil
+	m := &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock)}
+	if cfg.ParallelPulls >= 0 {
+		m.slots = make(chan struct{}, max(cfg.ParallelPulls, 1))
+	}
+	return m, nil
 }
 
 // Request is a container about to be created, or an image volume one is
@@ -188,12 +194,14 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 // image (best effort: its ID alone if the runtime cannot); took excludes
 // the wait for the slot.
 func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []runtime.RegistryAuth) (img runtime.Image, took time.Duration, err error) {
-	select {
-	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		return runtime.Image{}, 0, ctx.Err()
+	if m.slots != nil {
+		select {
+		case m.slots <- struct{}{}:
+		case <-ctx.Done():
+			return runtime.Image{}, 0, ctx.Err()
+		}
+		defer func() { <-m.slots }()
 	}
-	defer func() { <-m.slots }()
 	start := m.cfg.Clock.Now()
 	id, err := m.pullWith(ctx, ref, creds)
 	if err != nil {

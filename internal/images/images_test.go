@@ -355,6 +355,46 @@ func TestPullsWaitForTheNodesPullSlot(t *testing.T) {
 	}
 }
 
+// With parallel pulls (serializeImagePulls: false), that many pulls run at
+// once and one more waits; without a bound, none waits.
+func TestParallelPullsRunTogether(t *testing.T) {
+	for _, tc := range []struct {
+		parallel, pulls, wantAtOnce int
+	}{
+		{parallel: 2, pulls: 3, wantAtOnce: 2},
+		{parallel: -1, pulls: 3, wantAtOnce: 3},
+	} {
+		f := newFixture(t)
+		m, err := New(Config{Images: f.store, Recorder: f.rec, Clock: f.clock, ParallelPulls: tc.parallel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		release := make(chan struct{})
+		f.store.OnPull = func(string) { <-release }
+		done := make(chan error, tc.pulls)
+		for i := range tc.pulls {
+			ref := fmt.Sprintf("img%d:1", i)
+			f.store.AddRemote(ref, runtime.Image{ID: fmt.Sprintf("sha256:%d", i), Size: 1}, nil)
+			go func() {
+				_, err := m.Ensure(context.Background(), request("u", ref, ""))
+				done <- err
+			}()
+		}
+		waitFor(t, func() bool { return len(f.store.Pulls()) == tc.wantAtOnce })
+		// The events say every pull was asked for; no more pulls have begun.
+		waitFor(t, func() bool { return len(f.rec.Events) == tc.pulls })
+		if n := len(f.store.Pulls()); n != tc.wantAtOnce {
+			t.Errorf("parallel %d: %d pulls under way, want %d", tc.parallel, n, tc.wantAtOnce)
+		}
+		close(release)
+		for range tc.pulls {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // waitFor polls cond, which goroutines of the test make true.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()

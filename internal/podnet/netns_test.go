@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/freeport"
 )
 
 // childEnv carries a node's Config to the test binary re-executed inside
@@ -386,12 +387,11 @@ func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 func mustRun(t *testing.T, name string, args ...string) {

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/lifecycle"
@@ -19,35 +20,9 @@ import (
 	"github.com/podvisor/podvisor/internal/timeline"
 )
 
-// minStopGrace: no container gets less than 2 s between stop signal and SIGKILL.
-const minStopGrace = 2 * time.Second
-
 // configError is a container that cannot be created as specified; it shows as
 // waiting CreateContainerConfigError and is retried.
-type configError struct{ msg string }
-
-func (e configError) Error() string { return e.msg }
-
-// findContainer is the spec of the pod's container name: an init, regular
-// or ephemeral one (whose fields are a container's).
-func findContainer(pod *v1.Pod, name string) (*v1.Container, bool) {
-	for i := range pod.Spec.InitContainers {
-		if pod.Spec.InitContainers[i].Name == name {
-			return &pod.Spec.InitContainers[i], true
-		}
-	}
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == name {
-			return &pod.Spec.Containers[i], true
-		}
-	}
-	for i := range pod.Spec.EphemeralContainers {
-		if e := &pod.Spec.EphemeralContainers[i]; e.Name == name {
-			return (*v1.Container)(&e.EphemeralContainerCommon), true
-		}
-	}
-	return nil, false
-}
+type configError = containerspec.ConfigError
 
 // allContainers are the pod's init, regular and ephemeral containers.
 func allContainers(pod *v1.Pod) []v1.Container {
@@ -70,7 +45,7 @@ func ephemeralTarget(pod *v1.Pod, name string) string {
 }
 
 func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
-	c, ok := findContainer(pod, a.Container)
+	c, ok := containerspec.Find(pod, a.Container)
 	if !ok {
 		return
 	}
@@ -165,7 +140,7 @@ func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.starting[name] {
 			continue
 		}
-		c, ok := findContainer(pod, name)
+		c, ok := containerspec.Find(pod, name)
 		if !ok {
 			continue
 		}
@@ -180,7 +155,7 @@ func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 
 func (w *worker) startUnstarted(ctx context.Context, pod *v1.Pod, due []unstartedInstance) {
 	for _, in := range due {
-		c, _ := findContainer(pod, in.name)
+		c, _ := containerspec.Find(pod, in.name)
 		w.m.cfg.Log.Info("starting a container an earlier agent created", "pod", pod.Namespace+"/"+pod.Name, "container", in.name, "id", in.id)
 		go func() {
 			defer w.poke()
@@ -238,14 +213,7 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	w.m.cfg.Log.Info("postStart hook failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "msg", msg)
 	ev := hook.FailedEvent(hook.PostStart)
 	w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
-	w.stopInstance(ctx, pod, c, id, podGrace(pod), hook.PostStartKillMessage)
-}
-
-func podGrace(pod *v1.Pod) time.Duration {
-	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return lifecycle.Seconds(*g) // saturates: the API bounds no grace period
-	}
-	return 30 * time.Second
+	w.stopInstance(ctx, pod, c, id, lifecycle.PodGrace(pod), hook.PostStartKillMessage)
 }
 
 func (w *worker) setWaiting(name, reason, msg string) {
@@ -268,7 +236,7 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 		w.resizeKilled[id] = true
 	}
 	w.mu.Unlock()
-	c, _ := findContainer(pod, a.Container)
+	c, _ := containerspec.Find(pod, a.Container)
 	go func() {
 		defer w.poke()
 		defer func() {
@@ -297,7 +265,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	sctx := context.WithoutCancel(ctx)
 	start := w.m.cfg.Clock.Now()
 	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.cfg.Hooks != nil && w.isRunning(name, id) {
-		budget := max(grace, minStopGrace)
+		budget := lifecycle.PreStopBudget(grace)
 		hctx, cancel := context.WithCancel(sctx)
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel
@@ -319,8 +287,7 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 			w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), ev.Type, ev.Reason, ev.Message)
 		}
 	}
-	// A preStop that used up the grace period gets the 2 s minimum on top.
-	remaining := max(grace-w.m.cfg.Clock.Since(start), minStopGrace)
+	remaining := lifecycle.KillAfter(grace, w.m.cfg.Clock.Since(start))
 	signaled := w.m.cfg.Clock.Now()
 	if w.isRunning(name, id) {
 		w.record(pod, timeline.Entry{Kind: timeline.KindSignal, Container: name, State: stopSignalName(c),
@@ -436,7 +403,7 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 		cand.mu.Unlock()
 	}
 	if w == nil {
-		return "", nil, notFound(fmt.Sprintf("pod %q in namespace %q is not available", pod, namespace))
+		return "", nil, runtime.NotFoundf("pod %q in namespace %q is not available", pod, namespace)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -447,9 +414,9 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	}
 	if idx < 0 {
 		if previous {
-			return "", nil, notFound(fmt.Sprintf("previous terminated container %q in pod %q not found", container, pod))
+			return "", nil, runtime.NotFoundf("previous terminated container %q in pod %q not found", container, pod)
 		}
-		return "", nil, notFound(fmt.Sprintf("container %q in pod %q is not available", container, pod))
+		return "", nil, runtime.NotFoundf("container %q in pod %q is not available", container, pod)
 	}
 	id, path := list[idx].ID, list[idx].LogPath
 	exited := func() bool {
@@ -465,12 +432,6 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	return path, exited, nil
 }
 
-// notFound is an error the agent API answers with 404.
-type notFound string
-
-func (e notFound) Error() string  { return string(e) }
-func (e notFound) NotFound() bool { return true }
-
 // shortenStopsLocked applies a shorter grace period to stops in flight: their
 // preStop hooks are cut when it ends, and the processes get the stop signal
 // again with SIGKILL at the new deadline (the shorter of the two wins).
@@ -485,7 +446,7 @@ func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
 			w.m.cfg.Clock.AfterFunc(grace, cancel)
 		}
 		go func() {
-			_ = w.m.cfg.Runtime.Stop(context.Background(), id, max(grace, minStopGrace))
+			_ = w.m.cfg.Runtime.Stop(context.Background(), id, lifecycle.KillAfter(grace, 0))
 		}()
 	}
 }

@@ -49,11 +49,13 @@ type HookRunner interface {
 
 // Config of the pod workers.
 type Config struct {
-	NodeName    string
-	HostIP      string
-	PodsDir     string // per-pod directories (logs, volumes) live under it
-	MaxPods     int32
-	Allocatable func() v1.ResourceList
+	NodeName string
+	HostIP   string
+	PodsDir  string // per-pod directories (logs, volumes) live under it
+	MaxPods  int32
+	// ParallelImagePulls bounds the image pulls at once (images.Config).
+	ParallelImagePulls int
+	Allocatable        func() v1.ResourceList
 	// Node returns this node as the API has it (labels, taints, allocatable)
 	// for admission; nil: admission knows only Allocatable.
 	Node      func() (*v1.Node, error)
@@ -145,7 +147,7 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
 		}
 		var err error
-		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log}); err != nil {
+		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls}); err != nil {
 			return nil, err
 		}
 	}

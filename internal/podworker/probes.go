@@ -3,6 +3,7 @@ package podworker
 import (
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -51,7 +52,7 @@ func (w *worker) applyProbeChanges(pod *v1.Pod, changes []probeChange, terminati
 			p.RemoveContainer(ch.status.ID)
 			continue
 		}
-		if c, ok := findContainer(pod, ch.container); ok {
+		if c, ok := containerspec.Find(pod, ch.container); ok {
 			p.AddContainer(pod, c, ch.status.ID, ch.status.StartedAt, podIP, ch.adopted)
 		}
 	}

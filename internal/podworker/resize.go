@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/internal/admission"
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/durable"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podcgroup"
@@ -216,7 +218,7 @@ func (w *worker) actuate(ctx context.Context, before, pod *v1.Pod, actions []lif
 		}
 	}
 	for _, a := range actions {
-		c, ok := findContainer(pod, a.Container)
+		c, ok := containerspec.Find(pod, a.Container)
 		id := ids[a.Container]
 		if !ok || id == "" {
 			continue
@@ -224,7 +226,7 @@ func (w *worker) actuate(ctx context.Context, before, pod *v1.Pod, actions []lif
 		spec := *c
 		spec.Resources = *a.Resources
 		if limits {
-			if err := w.m.cfg.Runtime.UpdateResources(ctx, id, containerResources(&spec)); err != nil {
+			if err := w.m.cfg.Runtime.UpdateResources(ctx, id, containerspec.Resources(&spec)); err != nil {
 				if runtime.IsConflict(err) && !w.isRunning(a.Container, id) {
 					continue // it exited meanwhile: its next instance gets the allocation
 				}
@@ -275,7 +277,7 @@ func (w *worker) checkMemoryDecreases(ctx context.Context, before *v1.Pod, actio
 	var errs []string
 	for _, a := range actions {
 		want := a.Resources.Limits[v1.ResourceMemory]
-		c, ok := findContainer(before, a.Container)
+		c, ok := containerspec.Find(before, a.Container)
 		if !ok || want.IsZero() || ids[a.Container] == "" {
 			continue
 		}
@@ -327,14 +329,14 @@ func (m *Manager) admitResize(pod *v1.Pod) (string, string) {
 	if m.cfg.Node != nil {
 		n, err := m.cfg.Node()
 		if err != nil || n == nil {
-			return ReasonInvalidNodeInfo, messageInvalidNode
+			return admission.ReasonInvalidNodeInfo, admission.MessageInvalidNode
 		}
 		alloc = n.Status.Allocatable
 	} else if m.cfg.Allocatable != nil {
 		alloc = m.cfg.Allocatable()
 	}
 	// The pod itself is counted already: no pods limit.
-	if a := fitsResources(pod, alloc, m.activePods(pod.UID), 0); a != nil {
+	if a := admission.Resources(pod, alloc, m.activePods(pod.UID), 0); a != nil {
 		return a.Reason, a.Message
 	}
 	return "", ""

@@ -2,8 +2,6 @@ package podworker
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -50,56 +48,6 @@ func service(ns, name, ip string, ports ...v1.ServicePort) *v1.Service {
 	return &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1.ServiceSpec{ClusterIP: ip, Ports: ports}}
 }
 
-func TestEnvFromThenEnvWithExpansionAsUpstream(t *testing.T) {
-	m := envManager(&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"K": "from-cm", "OTHER": "o"}})
-	c := v1.Container{Name: "c",
-		EnvFrom: []v1.EnvFromSource{{Prefix: "P_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}},
-		Env: []v1.EnvVar{
-			{Name: "P_K", Value: "overridden"},
-			{Name: "REF", Value: "$(P_OTHER)-$(UNDEFINED)-$$(P_K)"},
-			{Name: "OPT", ValueFrom: &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{
-				LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Key: "missing", Optional: ptr.To(true)}}},
-			{Name: "EMPTY"},
-		}}
-	got := env(t, m, envPod(c))
-	for _, want := range []string{"P_K=overridden", "P_OTHER=o", "REF=o-$(UNDEFINED)-$(P_K)", "EMPTY="} {
-		if !slices.Contains(got, want) {
-			t.Errorf("env lacks %q: %v", want, got)
-		}
-	}
-	for _, kv := range got {
-		if strings.HasPrefix(kv, "OPT=") {
-			t.Errorf("an optional missing key is set: %q", kv)
-		}
-	}
-}
-
-func TestMissingObjectsAndKeysHaveUpstreamsMessages(t *testing.T) {
-	m := envManager(
-		&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}},
-		&v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}})
-	ref := func(src *v1.EnvVarSource) v1.Container {
-		return v1.Container{Name: "c", Env: []v1.EnvVar{{Name: "X", ValueFrom: src}}}
-	}
-	for _, tc := range []struct {
-		c    v1.Container
-		want string
-	}{
-		{ref(&v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Key: "k"}}), `configmap "nope" not found`},
-		{ref(&v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Key: "k"}}), "couldn't find key k in ConfigMap ns/cm"},
-		{ref(&v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}, Key: "k"}}), `secret "nope" not found`},
-		{ref(&v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "s"}, Key: "k"}}), "couldn't find key k in Secret ns/s"},
-		{v1.Container{Name: "c", EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "nope"}}}}}, `secret "nope" not found`},
-	} {
-		pod := envPod(tc.c)
-		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], "127.0.0.1", &expansion.Budget{})
-		var ce configError
-		if !errors.As(err, &ce) || err.Error() != tc.want {
-			t.Errorf("got %v, want config error %q", err, tc.want)
-		}
-	}
-}
-
 func TestServiceEnvironmentAsUpstream(t *testing.T) {
 	m := envManager(
 		service("default", "kubernetes", "10.43.0.1", v1.ServicePort{Name: "https", Port: 443, Protocol: v1.ProtocolTCP}),
@@ -133,77 +81,6 @@ func TestServiceEnvironmentAsUpstream(t *testing.T) {
 	}
 }
 
-func TestDownwardAPIValues(t *testing.T) {
-	pod := envPod(v1.Container{Name: "c", Resources: v1.ResourceRequirements{
-		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
-		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Mi")},
-	}})
-	pod.Annotations = map[string]string{"q": `say "hi"`}
-	for path, want := range map[string]string{
-		"metadata.labels":           "a=\"1\"\nb=\"2\"",
-		"metadata.annotations":      `q="say \"hi\""`,
-		"metadata.labels['b']":      "2",
-		"status.podIPs":             "10.0.0.7",
-		"spec.serviceAccountName":   "sa",
-		"metadata.annotations['x']": "",
-	} {
-		if got, err := fieldValue(pod, path, "10.0.0.7", "10.0.0.7"); err != nil || got != want {
-			t.Errorf("fieldValue(%s) = %q, %v; want %q", path, got, err, want)
-		}
-	}
-	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
-	c := &pod.Spec.Containers[0]
-	for _, tc := range []struct {
-		res, divisor, want string
-	}{
-		{"limits.cpu", "", "1"}, // 250m rounds up to 1 core
-		{"limits.cpu", "1m", "250"},
-		{"limits.memory", "", "8589934592"}, // no limit: the node's allocatable
-		{"requests.memory", "1Ki", "1024"},
-		{"requests.cpu", "", "0"},
-	} {
-		ref := &v1.ResourceFieldSelector{Resource: tc.res}
-		if tc.divisor != "" {
-			ref.Divisor = resource.MustParse(tc.divisor)
-		}
-		if got, err := resourceValue(pod, c, ref, alloc); err != nil || got != tc.want {
-			t.Errorf("resourceValue(%s/%s) = %q, %v; want %q", tc.res, tc.divisor, got, err, tc.want)
-		}
-	}
-}
-
-func TestResourcesBecomeCgroupValues(t *testing.T) {
-	c := &v1.Container{Resources: v1.ResourceRequirements{
-		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("20Mi")},
-		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
-	}}
-	want := runtime.Resources{MemoryLimitBytes: 20 << 20, CPUQuotaMicros: 50000, CPUPeriodMicros: 100000, CPUShares: 256}
-	if got := containerResources(c); got != want {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	if got := containerResources(&v1.Container{}); got != (runtime.Resources{CPUShares: 2}) {
-		t.Errorf("best effort: got %+v, want shares 2 only", got)
-	}
-}
-
-func TestContainerUserFromSecurityContexts(t *testing.T) {
-	pod := envPod(v1.Container{Name: "c", SecurityContext: &v1.SecurityContext{RunAsNonRoot: ptr.To(true)}})
-	if u, err := containerUser(pod, &pod.Spec.Containers[0]); u != nil || err != nil {
-		t.Errorf("no user set: %+v, %v", u, err)
-	}
-	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](2000), SupplementalGroups: []int64{3000}, FSGroup: ptr.To[int64](4000)}
-	u, err := containerUser(pod, &pod.Spec.Containers[0])
-	if err != nil || u.UID != 1000 || u.GID != 2000 || !slices.Equal(u.Groups, []uint32{3000, 4000}) || u.UIDUnset || u.GIDUnset {
-		t.Errorf("got %+v, %v", u, err)
-	}
-	// fsGroup alone: the user and group stay the image's (unset).
-	pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](4000)}
-	u, err = containerUser(pod, &pod.Spec.Containers[0])
-	if err != nil || !u.UIDUnset || !u.GIDUnset || !slices.Equal(u.Groups, []uint32{4000}) {
-		t.Errorf("fsGroup only: got %+v, %v; want user and group unset", u, err)
-	}
-}
-
 func TestTerminationMessageFileAndFallbackToLogs(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "termination-log")
@@ -232,59 +109,5 @@ func TestTerminationMessageFileAndFallbackToLogs(t *testing.T) {
 	os.WriteFile(file, []byte(big), 0o644)
 	if got := readTerminationMessage(st, true); len(got) != 4096 || !strings.HasSuffix(got, "END") {
 		t.Errorf("file over 4096 bytes: len %d, suffix %q", len(got), got[len(got)-3:])
-	}
-}
-
-// An env whose references multiply ($(A) x100, then $(B) x100, …) asked the
-// agent for gigabytes and took it out of memory: it is a config error now,
-// found before the values are built; so are many copies of one big value and
-// a command built the same way.
-func TestEnvAndCommandExpansionBounded(t *testing.T) {
-	m := envManager()
-	bomb := []v1.EnvVar{{Name: "A", Value: strings.Repeat("a", 1024)}}
-	for i, n := range []string{"B", "C", "D", "E", "F"} {
-		bomb = append(bomb, v1.EnvVar{Name: n, Value: strings.Repeat("$("+bomb[i].Name+")", 100)})
-	}
-	copies := []v1.EnvVar{{Name: "B", Value: strings.Repeat("b", 1<<20)}}
-	for i := range 20 {
-		copies = append(copies, v1.EnvVar{Name: fmt.Sprintf("C%d", i), Value: "$(B)"})
-	}
-	for name, envs := range map[string][]v1.EnvVar{"growing references": bomb, "copies of 1 MiB": copies} {
-		pod := envPod(v1.Container{Name: "c", Env: envs})
-		_, err := m.containerEnv(context.Background(), pod, &pod.Spec.Containers[0], "127.0.0.1", &expansion.Budget{})
-		var ce configError
-		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "expands to more than") {
-			t.Errorf("%s: %v, want a config error", name, err)
-		}
-	}
-}
-
-// Host processes get a PATH and the node's HOSTNAME; a runtime with images
-// leaves both to the image and to itself (containerd sets the pod's
-// hostname), as under a kubelet. A PATH the pod sets is kept either way.
-func TestPathAndHostnameOnlyForHostProcesses(t *testing.T) {
-	has := func(list []string, prefix string) bool {
-		for _, kv := range list {
-			if strings.HasPrefix(kv, prefix) {
-				return true
-			}
-		}
-		return false
-	}
-	m := envManager()
-	out := env(t, m, envPod(v1.Container{Name: "c"}))
-	if !has(out, "PATH=/usr/local/sbin:") || !has(out, "HOSTNAME=") {
-		t.Errorf("host process env %v, want PATH and HOSTNAME", out)
-	}
-	rt := newFakeRuntime()
-	rt.images = true
-	m.cfg.Runtime = rt
-	out = env(t, m, envPod(v1.Container{Name: "c"}))
-	if has(out, "PATH=") || has(out, "HOSTNAME=") {
-		t.Errorf("image runtime env %v, want neither PATH nor HOSTNAME", out)
-	}
-	out = env(t, m, envPod(v1.Container{Name: "c", Env: []v1.EnvVar{{Name: "PATH", Value: "/opt/bin"}}}))
-	if !has(out, "PATH=/opt/bin") {
-		t.Errorf("env %v, want the pod's PATH", out)
 	}
 }

@@ -31,13 +31,14 @@ func (m *Manager) TerminatePod(uid types.UID, t Termination) <-chan struct{} {
 	}
 	w.mu.Lock()
 	if w.termination == nil || w.termination.Reason == "" {
-		now := m.cfg.Clock.Now()
-		grace := t.Grace
-		if w.termination != nil {
-			// Already being deleted: keep whichever deadline comes first.
-			grace = min(grace, w.termination.Grace-now.Sub(w.termination.Since))
+		// Already being deleted: the earlier deadline wins, and stops in
+		// flight are cut to it.
+		var shortened bool
+		w.termination, shortened = lifecycle.NextTermination(w.termination,
+			lifecycle.StopRequest{Grace: t.Grace, Reason: t.Reason, Message: t.Message}, m.cfg.Clock.Now())
+		if shortened && w.pod != nil {
+			w.shortenStopsLocked(w.pod, w.termination.Grace)
 		}
-		w.termination = &lifecycle.Termination{Since: now, Grace: max(grace, 0), Reason: t.Reason, Message: t.Message}
 		if t.Condition != nil {
 			w.extraConditions = append(w.extraConditions, *t.Condition)
 		}

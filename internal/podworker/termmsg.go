@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/logs"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
@@ -28,7 +29,7 @@ func (w *worker) terminationMessage(s runtime.Status) string {
 		return msg
 	}
 	fallback := false
-	if c, ok := findContainer(w.pod, s.Name); ok {
+	if c, ok := containerspec.Find(w.pod, s.Name); ok {
 		fallback = c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError
 	}
 	msg := readTerminationMessage(s, fallback)

@@ -204,7 +204,7 @@ func (w *worker) setupVolumes(ctx context.Context, pod *v1.Pod) (map[string]stri
 			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)
 			w.m.cfg.Log.Info("volume set-up failed", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", v.Name, "err", err)
 			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
-			return nil, mountError{configError{msg}}
+			return nil, mountError{configError{Msg: msg}}
 		}
 		paths[v.Name] = p
 	}

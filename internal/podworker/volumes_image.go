@@ -98,11 +98,11 @@ func (w *worker) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Cont
 func imageVolumeMount(vmount v1.VolumeMount, v v1.Volume, imageID, sub string) (runtime.Mount, error) {
 	if sub != "" {
 		if filepath.IsAbs(sub) {
-			return runtime.Mount{}, configError{fmt.Sprintf("error SubPath `%s` must not be an absolute path", sub)}
+			return runtime.Mount{}, configError{Msg: fmt.Sprintf("error SubPath `%s` must not be an absolute path", sub)}
 		}
 		for _, part := range strings.Split(filepath.ToSlash(sub), "/") {
 			if part == ".." {
-				return runtime.Mount{}, configError{fmt.Sprintf("unable to provision SubPath `%s`: must not contain '..'", sub)}
+				return runtime.Mount{}, configError{Msg: fmt.Sprintf("unable to provision SubPath `%s`: must not contain '..'", sub)}
 			}
 		}
 	}

@@ -32,22 +32,22 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 			src, ok2 = imageIDs[vmount.Name]
 		}
 		if !ok || !ok2 {
-			return nil, configError{fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
+			return nil, configError{Msg: fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
 		}
 		if v.Image != nil && !f.Images {
-			return nil, configError{imageVolumeUnsupported(pod, c)}
+			return nil, configError{Msg: imageVolumeUnsupported(pod, c)}
 		}
 		if !f.Mounts {
 			if isDefaultServiceAccountVolume(v, vmount) {
 				continue // the API server adds it to every pod; its files are still in the pod directory
 			}
-			return nil, configError{fmt.Sprintf("volume %q cannot be mounted at %s in container %q: mounts need the agent to run as root", vmount.Name, vmount.MountPath, c.Name)}
+			return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: mounts need the agent to run as root", vmount.Name, vmount.MountPath, c.Name)}
 		}
 		sub := vmount.SubPath
 		if vmount.SubPathExpr != "" {
 			s, err := expansion.Expand(vmount.SubPathExpr, env)
 			if err != nil {
-				return nil, configError{fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
+				return nil, configError{Msg: fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
 			}
 			sub = s
 		}
@@ -63,13 +63,18 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 		if sub != "" {
 			p, err := subPath(src, sub)
 			if err != nil {
-				return nil, configError{fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vmount.Name, c.Name, err)}
+				return nil, configError{Msg: fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vmount.Name, c.Name, err)}
 			}
 			host = p
 		}
 		ro := vmount.ReadOnly || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
-		if err := mountPointFor(host, vmount.MountPath); err != nil {
-			return nil, configError{fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+		if !f.Images {
+			// Host processes share the host's filesystem: the mount point is
+			// the host's. A container with an image has a root of its own,
+			// where the runtime makes it (the host's paths say nothing).
+			if err := mountPointFor(host, vmount.MountPath); err != nil {
+				return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+			}
 		}
 		out = append(out, runtime.Mount{HostPath: host, ContainerPath: vmount.MountPath, ReadOnly: ro})
 	}

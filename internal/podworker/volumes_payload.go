@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/volume"
 )
 
@@ -117,13 +118,13 @@ func (vm *volumeManager) downwardPayload(pod *v1.Pod, items []v1.DownwardAPIVolu
 		var err error
 		switch {
 		case it.FieldRef != nil:
-			val, err = fieldValue(pod, it.FieldRef.FieldPath, vm.m.cfg.HostIP, "")
+			val, err = containerspec.FieldValue(pod, it.FieldRef.FieldPath, vm.m.cfg.HostIP, "")
 		case it.ResourceFieldRef != nil:
 			var alloc v1.ResourceList
 			if vm.m.cfg.Allocatable != nil {
 				alloc = vm.m.cfg.Allocatable()
 			}
-			val, err = resourceValue(pod, nil, it.ResourceFieldRef, alloc)
+			val, err = containerspec.ResourceValue(pod, nil, it.ResourceFieldRef, alloc)
 		}
 		if err != nil {
 			errs = append(errs, err)

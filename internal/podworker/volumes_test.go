@@ -219,8 +219,8 @@ func TestWaitingReasonOfAFailedMountIsContainerCreating(t *testing.T) {
 		reason string
 		event  bool
 	}{
-		{mountError{configError{"m"}}, "ContainerCreating", false},
-		{configError{"c"}, "CreateContainerConfigError", true},
+		{mountError{configError{Msg: "m"}}, "ContainerCreating", false},
+		{configError{Msg: "c"}, "CreateContainerConfigError", true},
 		{errors.New("x"), "RunContainerError", true},
 	} {
 		if r, ev := waitingReason(tc.err); r != tc.reason || ev != tc.event {
@@ -262,5 +262,40 @@ func TestTeardownUnmountsAVolumeTheMountTableMissed(t *testing.T) {
 	}
 	if err := os.RemoveAll(w.podDir()); err != nil {
 		t.Fatalf("pod directory not removable after teardown: %v", err)
+	}
+}
+
+// A container with an image has a root filesystem of its own: a file from a
+// volume (subPath into a configMap) may be mounted where the host happens
+// to have a directory, and the agent makes no mount point on the host. The
+// upstream Subpath conformance specs mount a directory and then a file at
+// /test-volume; both must work. Host processes share the host's root, so
+// there the host's path decides.
+func TestMountPointsAreTheHostsOnlyForHostProcesses(t *testing.T) {
+	vol := t.TempDir()
+	if err := os.WriteFile(filepath.Join(vol, "configmap-file"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{
+		{Name: "cm", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{}}},
+	}}}
+	hostDir := t.TempDir() // a directory on the host where the container wants the file
+	missing := filepath.Join(t.TempDir(), "not-on-the-host")
+	c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{
+		{Name: "cm", MountPath: hostDir, SubPath: "configmap-file"},
+		{Name: "cm", MountPath: missing},
+	}}
+	paths := map[string]string{"cm": vol}
+	m, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{Mounts: true, Images: true})
+	if err != nil || len(m) != 2 || m[0].HostPath != filepath.Join(vol, "configmap-file") || m[0].ContainerPath != hostDir {
+		t.Fatalf("with images: %+v, %v; want the file mounted at %s", m, err, hostDir)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a mount point was made on the host for a container with its own root: %v", err)
+	}
+	_, err = containerMounts(pod, c, paths, nil, nil, runtime.Features{Mounts: true})
+	var ce configError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "exists and is not a file") {
+		t.Errorf("host process: %v, want the host's directory refused as a file's mount point", err)
 	}
 }

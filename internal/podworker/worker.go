@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/admission"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podref"
@@ -58,7 +59,7 @@ type worker struct {
 	unstarted       map[string]string               // instance ID -> container: found created, never started
 	backoff         map[string]lifecycle.BackOffEntry
 	termination     *lifecycle.Termination
-	rejected        *admission // set when admission refused the pod
+	rejected        *admission.Refusal // set when admission refused the pod
 	// preStopCancel ends the preStop hook of an instance being stopped, for a
 	// second delete with a shorter grace.
 	preStopCancel map[string]context.CancelFunc
@@ -274,16 +275,16 @@ func (w *worker) sync(ctx context.Context) {
 		return
 	}
 	if w.termination == nil && (gone || pod.DeletionTimestamp != nil) {
-		grace := deletionGrace(pod)
+		grace := lifecycle.DeletionGrace(pod)
 		if gone {
 			grace = 0 // force-deleted: the minimum grace (the stop path floors it at 2 s)
 		}
-		w.termination = &lifecycle.Termination{Since: now, Grace: grace}
-	} else if w.termination != nil && pod.DeletionGracePeriodSeconds != nil && w.termination.Reason == "" {
-		// A second delete with a shorter grace shortens the termination in progress.
-		if g := deletionGrace(pod); g < w.termination.Grace-now.Sub(w.termination.Since) {
-			w.termination = &lifecycle.Termination{Since: now, Grace: g}
-			w.shortenStopsLocked(pod, g)
+		w.termination, _ = lifecycle.NextTermination(nil, lifecycle.StopRequest{Grace: grace}, now)
+	} else if w.termination != nil && pod.DeletionGracePeriodSeconds != nil {
+		var shortened bool
+		w.termination, shortened = lifecycle.NextTermination(w.termination, lifecycle.StopRequest{Grace: lifecycle.DeletionGrace(pod)}, now)
+		if shortened {
+			w.shortenStopsLocked(pod, w.termination.Grace)
 		}
 	}
 	w.mu.Unlock()
@@ -352,15 +353,6 @@ func (w *worker) sync(ctx context.Context) {
 	if !plan.WakeAt.IsZero() {
 		w.wakeAfter(plan.WakeAt.Sub(now))
 	}
-}
-
-// deletionGrace is the grace period of the pod's deletion; 0 when none.
-// The API bounds no grace period: a huge one saturates rather than wraps.
-func deletionGrace(pod *v1.Pod) time.Duration {
-	if g := pod.DeletionGracePeriodSeconds; g != nil {
-		return lifecycle.Seconds(*g)
-	}
-	return 0
 }
 
 // finish removes everything of the pod from the node and ends the worker.

@@ -286,28 +286,6 @@ func TestPanicInOnePodSparesTheOthers(t *testing.T) {
 	t.Fatalf("sawFailedSync=%v, good pod status: %+v", sawFailedSync, st)
 }
 
-// The API bounds no grace period: a deletion with a huge one must be a very
-// patient termination, not (wrapped to a negative Duration) an immediate kill.
-func TestGracePeriodsSaturate(t *testing.T) {
-	huge := int64(1) << 62
-	for _, tc := range []struct {
-		name string
-		pod  *v1.Pod
-		got  func(*v1.Pod) time.Duration
-		want time.Duration
-	}{
-		{"deletion without grace", &v1.Pod{}, deletionGrace, 0},
-		{"deletion with 30s", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: ptr.To[int64](30)}}, deletionGrace, 30 * time.Second},
-		{"deletion with a huge grace", &v1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionGracePeriodSeconds: &huge}}, deletionGrace, 1<<63 - 1},
-		{"pod grace default", &v1.Pod{}, podGrace, 30 * time.Second},
-		{"pod grace huge", &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: &huge}}, podGrace, 1<<63 - 1},
-	} {
-		if got := tc.got(tc.pod); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
 // blockingHooks is a postStart that never returns by itself (as a sleep of a
 // year), until its context ends.
 type blockingHooks struct{}
@@ -347,4 +325,36 @@ func TestDeletionCutsAHangingPostStartShort(t *testing.T) {
 	waitStatus(t, statuses, pod.UID, "a terminal phase after the deletion", func(st v1.PodStatus) bool {
 		return st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded
 	})
+}
+
+// The agent's own decision to stop a pod (eviction, node shutdown) with an
+// earlier deadline than the deletion in progress cuts the stops already
+// under way to it (§8): here a preStop hook with the deletion's hour of
+// budget ends at once, and the pod stops.
+func TestAgentTerminationShortensADeletionInFlight(t *testing.T) {
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: statuses,
+		Recorder: record.NewFakeRecorder(100), Hooks: blockingHooks{}})
+	pod := testPod("evicted")
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 3600}}}
+	m.UpdatePod(pod)
+	waitStatus(t, statuses, pod.UID, "running", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
+	})
+	deleted := pod.DeepCopy()
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleted.DeletionGracePeriodSeconds = ptr.To[int64](3600)
+	m.UpdatePod(deleted)
+	waitFor(t, "the preStop hook to start", func() bool {
+		w := m.worker(pod.UID)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.preStopCancel) == 1
+	})
+	stopped := m.TerminatePod(pod.UID, Termination{Grace: 0, Reason: "Evicted", Message: "The node was low on resource: memory."})
+	select {
+	case <-stopped:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the pod still runs 15 s after an eviction with grace 0 took over a deletion with an hour of grace")
+	}
 }

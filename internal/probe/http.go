@@ -3,11 +3,12 @@ package probe
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/podvisor/podvisor/internal/httpget"
 )
 
 // httpProber holds the one transport every HTTP probe shares. Keep-alives are
@@ -37,7 +38,7 @@ func (a *httpAction) run(ctx context.Context) outcome {
 	client := &http.Client{
 		Timeout:       a.timeout,
 		Transport:     a.prober.transport,
-		CheckRedirect: sameHostRedirects,
+		CheckRedirect: httpget.SameHostRedirects,
 	}
 	res, err := client.Do(a.req.WithContext(ctx))
 	if err != nil {
@@ -58,16 +59,4 @@ func (a *httpAction) run(ctx context.Context) outcome {
 		return outcome{result: resultWarning, output: "Probe terminated redirects, Response body: " + string(body)}
 	}
 	return outcome{result: resultSuccess, output: string(body)}
-}
-
-// sameHostRedirects follows redirects to the probe's own host (any port) and
-// stops at one to another host, handing back that redirect response.
-func sameHostRedirects(req *http.Request, via []*http.Request) error {
-	if req.URL.Hostname() != via[0].URL.Hostname() {
-		return http.ErrUseLastResponse
-	}
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
-	}
-	return nil
 }

@@ -122,6 +122,19 @@ func removeSandboxes(ctx context.Context, dataDir string, log *slog.Logger) (int
 	return n, errors.Join(errs...)
 }
 
+// holdsFileUnder reports whether process pid has a file under dir open (a
+// running podvisor keeps DATA_DIR/podvisor.log open): the data dir may come
+// from a config file rather than the command line.
+func holdsFileUnder(pid, dir string) bool {
+	fds, _ := os.ReadDir("/proc/" + pid + "/fd")
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/" + pid + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(target, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // runningWith returns the pid of a `podvisor up` or `podvisor agent` whose
 // data directory is dir, or 0.
 func runningWith(dir string) int {
@@ -153,7 +166,7 @@ func runningWith(dir string) int {
 				d = filepath.Join(cwd, d)
 			}
 		}
-		if filepath.Clean(d) == dir {
+		if filepath.Clean(d) == dir || holdsFileUnder(e.Name(), dir) {
 			return pid
 		}
 	}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Error classes. Every runtime wraps its errors in one of these (with %w),
@@ -25,6 +26,21 @@ var (
 
 // IsNotFound reports whether err is of class ErrNotFound.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// NotFoundf is an error of class ErrNotFound whose text is exactly the
+// formatted one, for messages users see as written (the kubelet's 404s).
+func NotFoundf(format string, args ...any) error {
+	return classed{msg: fmt.Sprintf(format, args...), class: ErrNotFound}
+}
+
+// classed is an error with its own text and a class.
+type classed struct {
+	msg   string
+	class error
+}
+
+func (e classed) Error() string        { return e.msg }
+func (e classed) Is(target error) bool { return target == e.class }
 
 // IsInvalid reports whether err is of class ErrInvalid.
 func IsInvalid(err error) bool { return errors.Is(err, ErrInvalid) }

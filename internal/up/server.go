@@ -31,6 +31,7 @@ type ServerOptions struct {
 	EtcdPeerPort             int
 	NodeMonitorGracePeriod   time.Duration
 	SigningDuration          time.Duration // node certificates' lifetime (tests shorten it)
+	SecretsEncryption        bool          // encrypt Secrets at rest
 	Verbose                  bool
 }
 
@@ -81,6 +82,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod,
 		ClusterCIDR: o.ClusterCIDR, SigningDuration: o.SigningDuration, LogFile: logFile,
+		SecretsEncryption: o.SecretsEncryption,
 	}
 	cp, err := controlplane.Start(ctx, cfg)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/config"
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/freeport"
 	"github.com/podvisor/podvisor/internal/node"
 )
 
@@ -50,6 +51,8 @@ type Options struct {
 	// DisableServiceProxy leaves Service IPs to a proxy of the user's own
 	// (--disable-service-proxy).
 	DisableServiceProxy bool
+	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
+	SecretsEncryption bool
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -97,7 +100,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP, BindAddress: apiBindAddress(hostIP),
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
-		ClusterCIDR: o.ClusterCIDR,
+		ClusterCIDR: o.ClusterCIDR, SecretsEncryption: o.SecretsEncryption,
 	})
 	if err != nil {
 		return fmt.Errorf("control plane: %w", err)
@@ -214,20 +217,11 @@ func pickEtcdPorts(st *datadir.State, dir string) error {
 		return nil
 	}
 	var err error
-	if st.EtcdClientPort, err = freePort(); err != nil {
+	if st.EtcdClientPort, err = freeport.Pick(); err != nil {
 		return err
 	}
-	st.EtcdPeerPort, err = freePort()
+	st.EtcdPeerPort, err = freeport.Pick()
 	return err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // setupLogging sends the components' klog output and the agent's slog output

@@ -60,6 +60,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building podvisor:", err)
 		os.Exit(1)
 	}
+	// A machine's /etc/podvisor/config.yaml must not change what the tests
+	// run: every podvisor they start reads this empty file instead.
+	empty := filepath.Join(dir, "empty-config.yaml")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("PODVISOR_CONFIG_FILE", empty)
 	code := m.Run()
 	stopShared(code != 0)
 	os.RemoveAll(dir)
@@ -92,6 +100,9 @@ type Podvisor struct {
 	// (serviceProxyTest): podvisors of one network namespace would rewrite
 	// each other's Service rules.
 	ServiceProxy bool
+	// ConfigFileOnly starts podvisor up with --config-file alone, every
+	// other flag written into that file.
+	ConfigFileOnly bool
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
@@ -171,8 +182,8 @@ func NewPodvisor(t *testing.T, extra ...string) *Podvisor {
 		Runtime: e2eRuntime()}
 }
 
-// Start runs podvisor up and waits for the ready line.
-func (p *Podvisor) Start() {
+// UpArgs is the command line Start runs (its ports chosen once).
+func (p *Podvisor) UpArgs() []string {
 	p.t.Helper()
 	if p.etcdPorts[0] == 0 {
 		// Parallel podvisors would race for etcd's usual 2379/2380: give each its own.
@@ -183,13 +194,43 @@ func (p *Podvisor) Start() {
 		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1]),
 		"--runtime", p.Runtime}, p.Args...)
 	if !p.ServiceProxy {
-		args = append(args, "--disable-service-proxy")
+		args = append(args, "--disable-service-proxy=true")
 	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {
 			p.clusterCIDR = nextClusterCIDR()
 		}
 		args = append(args, "--cluster-cidr", p.clusterCIDR)
+	}
+	return args
+}
+
+// writeConfigFile writes command-line flags (--name value pairs, or
+// --name=value) as a podvisor config file and returns its path.
+func writeConfigFile(t *testing.T, flags []string) string {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i < len(flags); i++ {
+		name, value, ok := strings.Cut(strings.TrimLeft(flags[i], "-"), "=")
+		if !ok && i+1 < len(flags) {
+			i++
+			value = flags[i]
+		}
+		fmt.Fprintf(&b, "%s: %s\n", name, strconv.Quote(value))
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Start runs podvisor up and waits for the ready line.
+func (p *Podvisor) Start() {
+	p.t.Helper()
+	args := p.UpArgs()
+	if p.ConfigFileOnly {
+		args = []string{"up", "--config-file", writeConfigFile(p.t, args[1:])}
 	}
 	p.cmd = exec.Command(binary, args...)
 	if len(p.Env) > 0 {

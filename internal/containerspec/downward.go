@@ -1,4 +1,4 @@
-package podworker
+package containerspec
 
 import (
 	"fmt"
@@ -14,9 +14,9 @@ import (
 // The downward API: values of the pod (fieldRef) and of a container's
 // resources (resourceFieldRef), for env and for downwardAPI volumes alike.
 
-// fieldValue resolves a fieldRef path as the kubelet does. Pods share the
+// FieldValue resolves a fieldRef path as the kubelet does. Pods share the
 // host network here, so the pod IPs are the host IPs.
-func fieldValue(pod *v1.Pod, path, hostIP, podIP string) (string, error) {
+func FieldValue(pod *v1.Pod, path, hostIP, podIP string) (string, error) {
 	switch path {
 	case "metadata.name":
 		return pod.Name, nil
@@ -47,7 +47,7 @@ func fieldValue(pod *v1.Pod, path, hostIP, podIP string) (string, error) {
 			return pod.Annotations[key], nil
 		}
 	}
-	return "", configError{fmt.Sprintf("unsupported fieldPath: %v", path)}
+	return "", ConfigError{fmt.Sprintf("unsupported fieldPath: %v", path)}
 }
 
 // formatMap is upstream's rendering of all labels or annotations: sorted
@@ -68,20 +68,20 @@ func formatMap(m map[string]string) string {
 	return b.String()
 }
 
-// resourceValue resolves a resourceFieldRef against container c (or the one
+// ResourceValue resolves a resourceFieldRef against container c (or the one
 // the ref names). Limits that are not set are the node's allocatable, as
 // upstream's defaultPodLimitsForDownwardAPI; requests that are not set are 0.
-func resourceValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector, allocatable v1.ResourceList) (string, error) {
+func ResourceValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector, allocatable v1.ResourceList) (string, error) {
 	target := c
 	if ref.ContainerName != "" {
-		t, ok := findContainer(pod, ref.ContainerName)
+		t, ok := Find(pod, ref.ContainerName)
 		if !ok {
-			return "", configError{fmt.Sprintf("container %s not found", ref.ContainerName)}
+			return "", ConfigError{fmt.Sprintf("container %s not found", ref.ContainerName)}
 		}
 		target = t
 	}
 	if target == nil {
-		return "", configError{"resourceFieldRef: containerName is required"}
+		return "", ConfigError{"resourceFieldRef: containerName is required"}
 	}
 	divisor := ref.Divisor
 	if divisor.IsZero() {
@@ -89,13 +89,13 @@ func resourceValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector, 
 	}
 	kind, name, ok := strings.Cut(ref.Resource, ".")
 	if !ok || (kind != "limits" && kind != "requests") {
-		return "", configError{fmt.Sprintf("unsupported container resource : %v", ref.Resource)}
+		return "", ConfigError{fmt.Sprintf("unsupported container resource : %v", ref.Resource)}
 	}
 	rn := v1.ResourceName(name)
 	switch {
 	case rn == v1.ResourceCPU, rn == v1.ResourceMemory, rn == v1.ResourceEphemeralStorage, strings.HasPrefix(name, v1.ResourceHugePagesPrefix):
 	default:
-		return "", configError{fmt.Sprintf("unsupported container resource : %v", ref.Resource)}
+		return "", ConfigError{fmt.Sprintf("unsupported container resource : %v", ref.Resource)}
 	}
 	list := target.Resources.Requests
 	if kind == "limits" {

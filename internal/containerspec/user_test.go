@@ -1,4 +1,4 @@
-package podworker
+package containerspec
 
 import (
 	"testing"
@@ -37,11 +37,11 @@ func TestVerifyRunAsNonRootAsUpstream(t *testing.T) {
 	} {
 		pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u"},
 			Spec: v1.PodSpec{SecurityContext: tc.pod, Containers: []v1.Container{{Name: "c", SecurityContext: tc.container}}}}
-		err := verifyRunAsNonRoot(pod, &pod.Spec.Containers[0], tc.imageUser)
+		err := VerifyRunAsNonRoot(pod, &pod.Spec.Containers[0], tc.imageUser)
 		got := ""
 		if err != nil {
 			got = err.Error()
-			if _, ok := err.(configError); !ok {
+			if _, ok := err.(ConfigError); !ok {
 				t.Errorf("%s: %T, want a configError (CreateContainerConfigError)", tc.name, err)
 			}
 		}

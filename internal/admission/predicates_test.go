@@ -1,9 +1,6 @@
-package podworker
+package admission
 
 import (
-	"errors"
-	"io"
-	"log/slog"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -187,7 +184,7 @@ func TestAdmitOnNode(t *testing.T) {
 			if tc.node != nil {
 				tc.node(node)
 			}
-			got := admitOnNode(tc.pod, node, tc.others, tc.maxPods)
+			got := Node(tc.pod, node, tc.others, tc.maxPods)
 			switch {
 			case tc.reason == "" && got != nil:
 				t.Errorf("rejected %s: %s, want admitted", got.Reason, got.Message)
@@ -197,34 +194,5 @@ func TestAdmitOnNode(t *testing.T) {
 				t.Errorf("got %s: %q\nwant %s: %q", got.Reason, got.Message, tc.reason, tc.message)
 			}
 		})
-	}
-}
-
-// Admission reads the node each time; when it cannot, the pod is refused as
-// upstream does, and the node shutdown manager's check comes after the
-// node's predicates (upstream's handler order).
-func TestAdmitReadsTheNode(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	shutdown := func(*v1.Pod) *v1.PodStatus {
-		return &v1.PodStatus{Phase: v1.PodFailed, Reason: "NodeShutdown", Message: "Pod was rejected as the node is shutting down."}
-	}
-	m := &Manager{cfg: Config{NodeName: "n1", Log: log, Node: func() (*v1.Node, error) { return nil, errors.New("down") }}}
-	if a := m.admit(admitPod()); a == nil || a.Reason != "InvalidNodeInfo" || a.Message != "Kubelet cannot get node info." {
-		t.Errorf("node unreadable: %+v", a)
-	}
-
-	node := admitNode()
-	m.cfg.Node = func() (*v1.Node, error) { return node, nil }
-	m.extraAdmit = shutdown
-	if a := m.admit(admitPod(selector("disk", "hdd"))); a == nil || a.Reason != "NodeAffinity" {
-		t.Errorf("predicates before node shutdown: %+v", a)
-	}
-	if a := m.admit(admitPod()); a == nil || a.Reason != "NodeShutdown" {
-		t.Errorf("node shutdown: %+v", a)
-	}
-	m.extraAdmit = nil
-	node.Labels["disk"] = "hdd" // a label added since: the next admission sees it
-	if a := m.admit(admitPod(selector("disk", "hdd"))); a != nil {
-		t.Errorf("admission must read the node anew: %+v", a)
 	}
 }

@@ -1,4 +1,4 @@
-package podworker
+package admission
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ const (
 	predicateNodePorts           = "node(s) didn't have free ports for the requested pod ports"
 )
 
-// admitOnNode is the kubelet's predicate admission of pod on node, others
+// Node is the kubelet's predicate admission of pod on node, others
 // being the pods already admitted, in upstream's order: the OS checks, which
 // no preemption could help, then the scheduler's checks the kubelet repeats
 // (resources, required node affinity and nodeSelector, spec.nodeName, host
@@ -38,15 +38,15 @@ const (
 // the node's NoExecute taints (NoSchedule ones are the scheduler's business:
 // a pod bound directly may ignore them). The first failure is the verdict;
 // nil admits.
-func admitOnNode(pod *v1.Pod, node *v1.Node, others []*v1.Pod, maxPods int32) *admission {
+func Node(pod *v1.Pod, node *v1.Node, others []*v1.Pod, maxPods int32) *Refusal {
 	// The node's OS is the one the agent runs on, whatever its label says.
 	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != runtime.GOOS {
-		return &admission{ReasonPodOSSelectorMismatch, messagePodOSSelectorMismatch}
+		return &Refusal{ReasonPodOSSelectorMismatch, messagePodOSSelectorMismatch}
 	}
 	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
-		return &admission{ReasonPodOSNotSupported, messagePodOSNotSupported}
+		return &Refusal{ReasonPodOSNotSupported, messagePodOSNotSupported}
 	}
-	if a := fitsResources(pod, node.Status.Allocatable, others, maxPods); a != nil {
+	if a := Resources(pod, node.Status.Allocatable, others, maxPods); a != nil {
 		return a
 	}
 	// An invalid selector matches nothing, as in the scheduler.
@@ -125,6 +125,6 @@ func hostPorts(pod *v1.Pod) []v1.ContainerPort {
 	return out
 }
 
-func predicateFailed(name, desc string) *admission {
-	return &admission{name, fmt.Sprintf("Predicate %s failed: %s", name, desc)}
+func predicateFailed(name, desc string) *Refusal {
+	return &Refusal{name, fmt.Sprintf("Predicate %s failed: %s", name, desc)}
 }
