@@ -126,3 +126,16 @@ func ownOOMScoreAdj() int {
 	}
 	return n
 }
+
+// Cleanup removes every rule a service proxy left in this network
+// namespace, of both backends, as `kube-proxy --cleanup` does: the rules
+// outlive podvisor (Services keep routing to pods that keep running), and
+// once the pods and their network are gone they would send ClusterIP
+// traffic to addresses no longer on this machine.
+func Cleanup(ctx context.Context) error {
+	o, err := options([]string{"--cleanup"})
+	if err != nil {
+		return err
+	}
+	return o.Run(ctx)
+}

@@ -231,6 +231,35 @@ func TestServices(t *testing.T) {
 			return slices.Contains(backends, body), fmt.Errorf("%q (%v)", body, err)
 		})
 	})
+
+	t.Run("rules outlive podvisor until reset", func(t *testing.T) {
+		b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Where each backend keeps its rules.
+		list := []string{"nft", "list", "table", "ip", "kube-proxy"}
+		if !strings.Contains(string(b), "mode=nftables") {
+			list = []string{"iptables", "-t", "nat", "-S", "KUBE-SERVICES"}
+		}
+		rules := func() error { return exec.Command(list[0], list[1:]...).Run() }
+		p.Stop()
+		if err := rules(); err != nil {
+			t.Fatalf("after podvisor stopped, %v: %v; want the rules kept for the pods that keep running", list, err)
+		}
+		out, err := exec.Command(binary, "reset", "--data-dir", p.DataDir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("podvisor reset: %v\n%s", err, out)
+		}
+		if strings.Contains(string(out), "the service proxy's rules are kept") {
+			// Right: other tests' podvisors run on this machine (without a
+			// proxy, but reset cannot know), and it kept them.
+			t.Skipf("reset kept the rules for the other podvisors of this machine: %s", out)
+		}
+		if err := rules(); err == nil {
+			t.Fatalf("after podvisor reset, %v still lists the proxy's rules", list)
+		}
+	})
 }
 
 // getFromPod runs `testserver get --count n url` in pod and returns the
