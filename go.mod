@@ -3,6 +3,7 @@ module github.com/podvisor/podvisor
 go 1.26.8
 
 require (
+	github.com/cockroachdb/datadriven v1.0.2
 	github.com/containerd/containerd/api v1.11.1
 	github.com/containerd/containerd/v2 v2.3.6
 	github.com/containerd/errdefs v1.0.0

@@ -1,4 +1,4 @@
-// Package hook runs container lifecycle hook handlers (lifecycle-spec.md §7):
+// Package hook runs container lifecycle hook handlers (docs/lifecycle.md §7):
 // postStart and preStop, each one of exec, httpGet or sleep.
 //
 // The Runner only runs a handler and reports how it went; what happens next is

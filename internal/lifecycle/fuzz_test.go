@@ -16,7 +16,7 @@ import (
 // FuzzCompute drives Compute the way a pod worker does, with a fake runtime
 // and probe manager whose every move (start stages, exits, kills, probe
 // results, clock ticks, deletions, agent restarts) is chosen by the fuzz
-// input, and checks after each step what lifecycle-spec.md promises
+// input, and checks after each step what docs/lifecycle.md promises
 // whatever happens:
 //   - Compute does not panic;
 //   - restartCount never decreases, a terminal phase never changes (§2 rule 7),

@@ -3,7 +3,7 @@
 // the plan (which containers to start or stop, when to look again) and the pod
 // status to publish. No goroutines, no I/O, no clients, no wall clock.
 //
-// Rules come from ../shared/docs/lifecycle-spec.md; each function names the
+// Rules come from docs/lifecycle.md; each function names the
 // section it implements.
 package lifecycle
 

@@ -13,7 +13,7 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// Termination messages (lifecycle-spec §3), with upstream's limits.
+// Termination messages (docs/lifecycle.md §3), with upstream's limits.
 const (
 	maxTerminationMessage     = 4096 // bytes of the file, its last ones
 	maxTerminationLogLines    = 80   // FallbackToLogsOnError: last lines of the log...

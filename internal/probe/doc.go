@@ -1,5 +1,5 @@
 // Package probe runs the startup, liveness and readiness probes of running
-// containers (lifecycle-spec.md §6) and reports each container's verdict as a
+// containers (docs/lifecycle.md §6) and reports each container's verdict as a
 // lifecycle.ProbeState through Config.OnUpdate.
 //
 // One scheduler goroutine keeps every active probe in a min-heap ordered by its

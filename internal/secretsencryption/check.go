@@ -57,8 +57,10 @@ func CheckStored(ctx context.Context, path string, stored map[string][]byte) err
 	for _, name := range names {
 		k := byKey[name]
 		if _, _, err := t.TransformFromStorage(ctx, stored[k], value.DefaultContext(k)); err != nil {
-			return fmt.Errorf("secrets encryption key file %s does not decrypt Secret %s, stored with key %s (a key from another data dir, or one rotated away?): %v",
-				path, secretName(k), name, err)
+			// Upstream's own message for a wrong secretbox key ("output
+			// array was not large enough") says nothing useful.
+			return fmt.Errorf("secrets encryption key file %s does not decrypt Secret %s, stored with key %s: the file lacks that key or holds another one by its name (another data dir's file, or a key rotated away?)",
+				path, secretName(k), name)
 		}
 	}
 	return nil

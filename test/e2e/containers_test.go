@@ -51,7 +51,7 @@ func terminated(pod *v1.Pod, name string) *v1.ContainerStateTerminated {
 }
 
 // The upstream "Container Runtime blackbox test: on terminated container"
-// cases, lifecycle-spec §3.
+// cases, docs/lifecycle.md §3.
 func TestContainersTerminationMessage(t *testing.T) {
 	t.Parallel()
 	p := Shared(t)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -102,6 +103,18 @@ func TestConfigFileFlags(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("a refused config file's data dir was written: %v", entries)
+	}
+
+	// $PODVISOR_CONFIG_FILE names the file when --config-file does not.
+	viaEnv := filepath.Join(t.TempDir(), "env.yaml")
+	if err := os.WriteFile(viaEnv, []byte("data-dir: "+dir+"\nnode-nmae: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "up")
+	cmd.Env = append(os.Environ(), "PODVISOR_CONFIG_FILE="+viaEnv)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), viaEnv+":2") || !strings.Contains(string(out), `"node-nmae"`) {
+		t.Errorf("podvisor up with PODVISOR_CONFIG_FILE=%s: %v\n%s; want an error naming the file's line 2 and the key", viaEnv, err, out)
 	}
 }
 
