@@ -39,7 +39,12 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
-require github.com/google/renameio/v2 v2.0.2 // indirect
+require (
+	github.com/Microsoft/hnslib v0.1.2 // indirect
+	github.com/google/renameio/v2 v2.0.2 // indirect
+	github.com/moby/ipvs v1.1.0 // indirect
+	sigs.k8s.io/knftables v0.0.21 // indirect
+)
 
 require (
 	cel.dev/expr v0.25.2 // indirect

@@ -19,7 +19,9 @@ Stops and removes what a stopped podvisor left running for its data directory:
 every pod sandbox and container (containers outlive podvisor, which re-adopts
 them at its next start), their shims, mounts and network namespaces,
 containerd's state under /run/podvisor, and the pod network's bridge,
-masquerade rule and routes to other nodes' pods. The data directory (etcd, PKI, images) is kept: remove it
+masquerade rule and routes to other nodes' pods, and the service proxy's
+rules (kube-proxy --cleanup: all of this machine's, unless another podvisor
+runs here). The data directory (etcd, PKI, images) is kept: remove it
 too for a fresh start. Refuses while podvisor runs with that data directory.
 `
 

@@ -18,7 +18,7 @@ import (
 func upFlags(o *up.Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("podvisor up", flag.ContinueOnError)
 	fs.StringVar(&o.DataDir, "data-dir", datadir.Default(), "directory for all state (etcd, PKI, pods)")
-	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API on 127.0.0.1")
+	fs.IntVar(&o.APIPort, "api-port", 6443, "port of the Kubernetes API (on every address, or on 127.0.0.1 when the machine has no default route)")
 	fs.IntVar(&o.AgentPort, "agent-port", 10250, "port of the node agent's API (logs, exec)")
 	fs.StringVar(&o.NodeName, "node-name", "", "name of the node (default: the hostname)")
 	fs.StringVar(&o.ConfigFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1)")
@@ -31,6 +31,7 @@ func upFlags(o *up.Options) *flag.FlagSet {
 	fs.StringVar(&o.Runtime.Endpoint, "container-runtime-endpoint", "", "an existing CRI runtime's socket (unix:///…) to use instead of podvisor's own containerd")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
 	snapshotFlags(fs, &o.Snapshots)
+	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy)")
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs

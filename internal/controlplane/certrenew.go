@@ -22,7 +22,7 @@ const (
 )
 
 // leafStems are the leaf certificates Ensure issues (pki/<stem>.crt).
-var leafStems = []string{"apiserver", "apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "node", "agent-serving"}
+var leafStems = []string{"apiserver", "apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "kube-proxy", "node", "agent-serving"}
 
 // NeedsRenewal reports whether a leaf certificate is due to be re-issued at
 // now: within RenewBefore of its expiry, expired, or not yet valid (a clock

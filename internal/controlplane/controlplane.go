@@ -81,6 +81,11 @@ func AdminKubeconfig(dataDir string) string { return filepath.Join(dataDir, "adm
 func NodeKubeconfig(dataDir string) string {
 	return filepath.Join(dataDir, "kubeconfigs", "node.kubeconfig")
 }
+
+// KubeProxyKubeconfig holds the service proxy's credentials (system:kube-proxy).
+func KubeProxyKubeconfig(dataDir string) string {
+	return filepath.Join(dataDir, "kubeconfigs", "kube-proxy.kubeconfig")
+}
 func PKIDir(dataDir string) string { return filepath.Join(dataDir, "pki") }
 
 // Prepare creates the PKI and kubeconfigs; it is idempotent.
@@ -113,6 +118,7 @@ func Prepare(cfg Config) error {
 	}
 	if cfg.NodeName != "" {
 		kubeconfigs[NodeKubeconfig(cfg.DataDir)] = "node"
+		kubeconfigs[KubeProxyKubeconfig(cfg.DataDir)] = "kube-proxy"
 	}
 	for path, stem := range kubeconfigs {
 		if err := p.writeKubeconfig(path, server, stem); err != nil {

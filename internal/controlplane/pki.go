@@ -179,6 +179,9 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 		{name: "admin", cn: "admin", orgs: []string{"system:masters"}, usages: client},
 		{name: "controller-manager", cn: "system:kube-controller-manager", usages: client},
 		{name: "scheduler", cn: "system:kube-scheduler", usages: client},
+		// The service proxy's own identity: the API server's default
+		// system:node-proxier binding names this user.
+		{name: "kube-proxy", cn: "system:kube-proxy", usages: client},
 	}
 	if nodeName != "" { // podvisor server runs no node agent
 		specs = append(specs,

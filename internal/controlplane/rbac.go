@@ -18,17 +18,19 @@ import (
 // by the Node authorizer and NodeRestriction.
 const nodeNetworkRole = "podvisor:node-network"
 
+// nodeProxierBinding gives nodes the upstream system:node-proxier role
+// (read Services, EndpointSlices, Nodes; write events): a joined agent runs
+// its service proxy with the node's own credentials.
+const nodeProxierBinding = "podvisor:node-proxier"
+
+var managedBy = map[string]string{"app.kubernetes.io/managed-by": "podvisor"}
+
 // ensureRBAC creates or updates podvisor's own roles and bindings.
 func ensureRBAC(ctx context.Context, c kubernetes.Interface) error {
-	meta := metav1.ObjectMeta{Name: nodeNetworkRole, Labels: map[string]string{"app.kubernetes.io/managed-by": "podvisor"}}
-	role := &rbacv1.ClusterRole{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{{
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: nodeNetworkRole, Labels: managedBy}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"},
 	}}}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: meta,
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: nodeNetworkRole},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-	}
-	roles, bindings := c.RbacV1().ClusterRoles(), c.RbacV1().ClusterRoleBindings()
+	roles := c.RbacV1().ClusterRoles()
 	_, err := roles.Create(ctx, role, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		_, err = roles.Update(ctx, role, metav1.UpdateOptions{})
@@ -36,12 +38,27 @@ func ensureRBAC(ctx context.Context, c kubernetes.Interface) error {
 	if err != nil {
 		return fmt.Errorf("cluster role %s: %w", nodeNetworkRole, err)
 	}
-	_, err = bindings.Create(ctx, binding, metav1.CreateOptions{})
+	for name, roleName := range map[string]string{nodeNetworkRole: nodeNetworkRole, nodeProxierBinding: "system:node-proxier"} {
+		if err := ensureNodesBinding(ctx, c, name, roleName); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureNodesBinding binds a cluster role to every node (group system:nodes).
+func ensureNodesBinding(ctx context.Context, c kubernetes.Interface, name, role string) error {
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedBy},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
+	}
+	bindings := c.RbacV1().ClusterRoleBindings()
+	_, err := bindings.Create(ctx, binding, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		_, err = bindings.Update(ctx, binding, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		return fmt.Errorf("cluster role binding %s: %w", nodeNetworkRole, err)
+		return fmt.Errorf("cluster role binding %s: %w", name, err)
 	}
 	return nil
 }

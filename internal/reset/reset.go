@@ -3,7 +3,7 @@
 // design (the next start re-adopts them); reset is for when they should not:
 // every pod sandbox and container, their shims and processes, their mounts
 // and network namespaces, containerd's state directory, the pod network's
-// bridge and masquerade rule. The data directory itself (etcd, PKI,
+// bridge and masquerade rule, the service proxy's rules. The data directory itself (etcd, PKI,
 // images) is kept.
 package reset
 
@@ -27,6 +27,7 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/mounts"
 	"github.com/podvisor/podvisor/internal/podnet"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
 // Result says what Run removed.
@@ -79,6 +80,13 @@ func Run(ctx context.Context, dataDir string, log *slog.Logger) (Result, error) 
 	}
 	containerd.RemovePodNetwork(paths, "")
 	podnet.RemoveRoutes()
+	// The proxy's rules are the network namespace's, not the data dir's:
+	// another podvisor running here may be the one that made them.
+	if others := podvisorsInMyNetns(); len(others) > 0 {
+		log.Warn("reset: the service proxy's rules are kept: another podvisor runs in this network namespace", "pids", others)
+	} else if err := serviceproxy.Cleanup(ctx); err != nil {
+		log.Warn("reset: the service proxy's rules", "err", err)
+	}
 	return res, nil
 }
 
@@ -135,23 +143,52 @@ func holdsFileUnder(pid, dir string) bool {
 	return false
 }
 
+// podvisorsInMyNetns lists the pids of the `podvisor up` and `podvisor
+// agent` processes of this network namespace, whatever their data dir.
+func podvisorsInMyNetns() []int {
+	mine, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() || !isPodvisorNode(e.Name()) {
+			continue
+		}
+		if ns, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil && ns == mine {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// isPodvisorNode reports whether process pid is a `podvisor up` or
+// `podvisor agent`.
+func isPodvisorNode(pid string) bool {
+	args := cmdline(pid)
+	return len(args) >= 2 && filepath.Base(args[0]) == "podvisor" && (args[1] == "up" || args[1] == "agent")
+}
+
+func cmdline(pid string) []string {
+	b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
 // runningWith returns the pid of a `podvisor up` or `podvisor agent` whose
 // data directory is dir, or 0.
 func runningWith(dir string) int {
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+		if err != nil || pid == os.Getpid() || !isPodvisorNode(e.Name()) {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) < 2 || filepath.Base(args[0]) != "podvisor" || (args[1] != "up" && args[1] != "agent") {
-			continue
-		}
+		args := cmdline(e.Name())
 		d := datadir.Default()
 		for i, a := range args {
 			switch {

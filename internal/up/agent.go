@@ -44,6 +44,8 @@ type AgentOptions struct {
 	// ClusterCIDR is the cluster's pod network (--cluster-cidr, as the
 	// server's); empty: 10.42.0.0/16.
 	ClusterCIDR string
+	// DisableServiceProxy: see Options.
+	DisableServiceProxy bool
 }
 
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
@@ -159,6 +161,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		}
 		return err
 	}
+	startServiceProxy(ctx, o.DisableServiceProxy, log, creds.kubeconfig, o.NodeName, hostIP, podNetwork)
 	fmt.Fprintf(stdout, "podvisor agent is ready: node %s\n", o.NodeName)
 	log.Info("podvisor agent is ready", "node", o.NodeName, "server", creds.server)
 	notifyReady(log, notify, "node "+o.NodeName+" is Ready")

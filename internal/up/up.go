@@ -52,6 +52,9 @@ type Options struct {
 	ClusterCIDR string
 	// Snapshots are the etcd snapshot schedule and restore flags.
 	Snapshots etcdsnapshot.Options
+	// DisableServiceProxy leaves Service IPs to a proxy of the user's own
+	// (--disable-service-proxy).
+	DisableServiceProxy bool
 	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
 	SecretsEncryption bool
 }
@@ -82,7 +85,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := checkPort("127.0.0.1", o.APIPort, "--api-port"); err != nil {
+	if err := checkPort("", o.APIPort, "--api-port"); err != nil {
 		return err
 	}
 	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
@@ -103,7 +106,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	hostIP := node.HostIP()
 	cp, err := controlplane.Start(ctx, controlplane.Config{
-		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP,
+		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP, BindAddress: apiBindAddress(hostIP),
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
 		TerminatedPodGCThreshold: o.TerminatedPodGCThreshold, NodeMonitorGracePeriod: o.NodeMonitorGracePeriod, LogFile: logFile,
 		ClusterCIDR: o.ClusterCIDR, RestoreSnapshot: o.Snapshots.RestorePath, SecretsEncryption: o.SecretsEncryption,
@@ -142,6 +145,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
+	startServiceProxy(actx, o.DisableServiceProxy, log, controlplane.KubeProxyKubeconfig(dir), o.NodeName, hostIP, podNetwork)
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
 	notifyReady(log, notify, "node "+o.NodeName+" is Ready")
@@ -156,6 +160,17 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	case err := <-cp.Err():
 		return fmt.Errorf("control plane stopped: %w", err)
 	}
+}
+
+// apiBindAddress is where up's API server listens: on every address when
+// the machine has one to advertise, because the API server publishes that
+// address as the endpoint of the `kubernetes` Service and pods reach it
+// there (10.43.0.1:443 is DNATed to it); on loopback only otherwise.
+func apiBindAddress(hostIP net.IP) string {
+	if hostIP == nil {
+		return "127.0.0.1"
+	}
+	return "0.0.0.0"
 }
 
 func defaultNodeName() string {

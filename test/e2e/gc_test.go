@@ -100,7 +100,10 @@ func (p *Podvisor) newAgent(t *testing.T, name, config string) *Agent {
 func (a *Agent) Start() {
 	a.t.Helper()
 	args := []string{"agent", "--server-data-dir", a.server.DataDir, "--node-name", a.NodeName,
-		"--data-dir", a.DataDir, "--agent-port", strconv.Itoa(a.Port), "--runtime", a.server.Runtime}
+		"--data-dir", a.DataDir, "--agent-port", strconv.Itoa(a.Port), "--runtime", a.server.Runtime,
+		// Its server's node runs no proxy either (NewPodvisor); one network
+		// namespace holds one service proxy.
+		"--disable-service-proxy"}
 	if a.Config != "" {
 		args = append(args, "--config", a.Config)
 	}

@@ -96,6 +96,10 @@ type Podvisor struct {
 	// Runtime is podvisor's --runtime: e2eRuntime() unless the test says
 	// otherwise.
 	Runtime string
+	// ServiceProxy runs the node's kube-proxy. Off unless a test asks
+	// (serviceProxyTest): podvisors of one network namespace would rewrite
+	// each other's Service rules.
+	ServiceProxy bool
 	// ConfigFileOnly starts podvisor up with --config-file alone, every
 	// other flag written into that file.
 	ConfigFileOnly bool
@@ -189,6 +193,9 @@ func (p *Podvisor) UpArgs() []string {
 		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
 		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1]),
 		"--runtime", p.Runtime}, p.Args...)
+	if !p.ServiceProxy {
+		args = append(args, "--disable-service-proxy=true")
+	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {
 			p.clusterCIDR = nextClusterCIDR()
@@ -198,13 +205,18 @@ func (p *Podvisor) UpArgs() []string {
 	return args
 }
 
-// writeConfigFile writes command-line flags (--name value pairs) as a
-// podvisor config file and returns its path.
+// writeConfigFile writes command-line flags (--name value pairs, or
+// --name=value) as a podvisor config file and returns its path.
 func writeConfigFile(t *testing.T, flags []string) string {
 	t.Helper()
 	var b strings.Builder
-	for i := 0; i+1 < len(flags); i += 2 {
-		fmt.Fprintf(&b, "%s: %s\n", strings.TrimLeft(flags[i], "-"), strconv.Quote(flags[i+1]))
+	for i := 0; i < len(flags); i++ {
+		name, value, ok := strings.Cut(strings.TrimLeft(flags[i], "-"), "=")
+		if !ok && i+1 < len(flags) {
+			i++
+			value = flags[i]
+		}
+		fmt.Fprintf(&b, "%s: %s\n", name, strconv.Quote(value))
 	}
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {

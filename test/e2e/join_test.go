@@ -30,6 +30,11 @@ import (
 // its first stdout line is ready.
 func startDaemon(t *testing.T, ready string, args ...string) *labDaemon {
 	t.Helper()
+	if args[0] == "agent" {
+		// Agents on the test machine share its network namespace, where
+		// only Service tests run a proxy (serviceProxyTest).
+		args = append(args, "--disable-service-proxy")
+	}
 	d, err := startLabDaemon(t, "podvisor "+args[0], exec.Command(binary, args...), ready, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)

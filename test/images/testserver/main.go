@@ -8,6 +8,9 @@
 //	                      500 from its request N+1 on when N > 0),
 //	                      /echo?msg=M (M), /exit?code=N (answers, then exits N);
 //	                      prints a line for every request, with its User-Agent
+//	get [--count N] [--interval D] [--token-file F] [--ca-file F] URL
+//	                      N requests, each on a new connection; a line
+//	                      "STATUS BODY" or "error: …" per request
 //	grpc-health [--port 8080]
 //	                      gRPC health service, SERVING for the server ("")
 //	pause                 waits for SIGTERM or SIGINT, then exits 0
@@ -45,7 +48,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -54,6 +57,8 @@ func main() {
 		serve(args)
 	case "grpc-health":
 		grpcHealth(args)
+	case "get":
+		get(args)
 	case "pause":
 		waitFor(syscall.SIGTERM, syscall.SIGINT)
 	case "hog":
