@@ -49,6 +49,7 @@ func claimSubnet(n int32) bool {
 		if err == nil {
 			_, _ = f.WriteString(me)
 			_ = f.Close()
+			clearSubnet(n) // nobody held it: whatever uses it is left over
 			return true
 		}
 		b, err := os.ReadFile(path)
@@ -65,6 +66,31 @@ func claimSubnet(n int32) bool {
 		_ = os.Remove(path) // its process is gone
 	}
 	return false
+}
+
+// clearSubnet removes what a killed test binary left of pod network 10.n/16:
+// the network namespaces of its pods (which would answer ARP for addresses
+// the next podvisor hands out again, on a bridge of the same name) and its
+// bridge, which the next podvisor's CNI makes anew.
+func clearSubnet(n int32) {
+	prefix := fmt.Sprintf(" inet 10.%d.", n)
+	if entries, err := os.ReadDir("/var/run/netns"); err == nil {
+		for _, e := range entries {
+			out, err := exec.Command("ip", "-n", e.Name(), "-o", "-4", "addr", "show").Output()
+			if err == nil && strings.Contains(string(out), prefix) {
+				_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
+			}
+		}
+	}
+	out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && strings.Contains(line, prefix) && strings.HasPrefix(f[1], "pv-") {
+			_ = exec.Command("ip", "link", "delete", f[1]).Run()
+		}
+	}
 }
 
 // needContainerd skips a test of the containerd runtime on a machine that
