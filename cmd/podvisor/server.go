@@ -42,6 +42,7 @@ kube-scheduler), for nodes that join it from other machines:
 	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (default: the recorded one, else 2380 or a free port)")
 	fs.DurationVar(&o.NodeMonitorGracePeriod, "node-monitor-grace-period", 0, "how long a silent node stays Ready before it is marked NotReady (0: upstream's default)")
 	fs.DurationVar(&o.SigningDuration, "cluster-signing-duration", 0, "lifetime of the node certificates the controller manager signs (0: a year); nodes renew theirs at 70-90% of it")
+	clusterDNSFlags(fs, &o.ClusterDNS)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {

@@ -32,6 +32,8 @@ type ServerOptions struct {
 	NodeMonitorGracePeriod   time.Duration
 	SigningDuration          time.Duration // node certificates' lifetime (tests shorten it)
 	Verbose                  bool
+	// ClusterDNS: the server makes the kube-dns Service unless disabled.
+	ClusterDNS ClusterDNSOptions
 }
 
 // RunServer starts the control plane and blocks until ctx ends.
@@ -93,6 +95,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		}
 		return err
 	}
+	publishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
 	select {

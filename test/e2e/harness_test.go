@@ -88,6 +88,11 @@ type Podvisor struct {
 	// Runtime is podvisor's --runtime: e2eRuntime() unless the test says
 	// otherwise.
 	Runtime string
+	// ClusterDNS serves the node's cluster DNS, on a port of its own
+	// (DNSPort). Off unless a test asks: DNS of parallel podvisors must not
+	// collide, and tests that do not resolve names need none.
+	ClusterDNS bool
+	DNSPort    int
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
@@ -178,6 +183,14 @@ func (p *Podvisor) Start() {
 		"--agent-port", fmt.Sprint(p.Agent), "--node-name", p.NodeName,
 		"--etcd-client-port", fmt.Sprint(p.etcdPorts[0]), "--etcd-peer-port", fmt.Sprint(p.etcdPorts[1]),
 		"--runtime", p.Runtime}, p.Args...)
+	if p.ClusterDNS {
+		if p.DNSPort == 0 {
+			p.DNSPort = freePort(p.t)
+		}
+		args = append(args, "--cluster-dns-port", fmt.Sprint(p.DNSPort))
+	} else {
+		args = append(args, "--disable-cluster-dns")
+	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {
 			p.clusterCIDR = nextClusterCIDR()
