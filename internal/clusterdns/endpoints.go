@@ -21,7 +21,7 @@ const ServiceName = "kube-dns"
 // managedBy marks the EndpointSlices podvisor writes, so that the
 // EndpointSlice controller (which owns slices of Services with a selector)
 // leaves them alone.
-const managedBy = "podvisor.io/cluster-dns"
+const managedBy = "cluster-dns.podvisor.io"
 
 // ServicePort is the port pods query; each node's DNS listens on its own
 // port, which its EndpointSlice names.
@@ -86,6 +86,12 @@ func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface, serviceCI
 	ip, err := ServiceIP(serviceCIDR)
 	if err != nil {
 		return err
+	}
+	// Get before Create: creating it again fails on its taken ClusterIP
+	// before the API server sees that the name exists.
+	_, err = c.CoreV1().Services("kube-system").Get(ctx, ServiceName, metav1.GetOptions{})
+	if err == nil {
+		return nil
 	}
 	_, err = c.CoreV1().Services("kube-system").Create(ctx, Service(ip.String(), port), metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {

@@ -52,6 +52,14 @@ func (s *Server) Stop() {
 	}
 }
 
+func init() {
+	// stdout is podvisor's: its first line is the ready line users and
+	// scripts wait for. CoreDNS announces its listeners there unless quiet;
+	// podvisor logs them itself.
+	dnsserver.Quiet = true
+	caddy.Quiet = true
+}
+
 // SetDefaultPort makes server blocks that name no port listen on port:
 // the users' *.server fragments then land on the node's DNS port as they do
 // on :53 in k3s. CoreDNS keeps this in a process-wide variable; a podvisor
