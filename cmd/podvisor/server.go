@@ -42,6 +42,7 @@ func serverFlags(o *up.ServerOptions, sans *string) *flag.FlagSet {
 	fs.DurationVar(&o.SigningDuration, "cluster-signing-duration", 0, "lifetime of the node certificates the controller manager signs (0: a year); nodes renew theirs at 70-90% of it")
 	snapshotFlags(fs, &o.Snapshots)
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
+	clusterDNSFlags(fs, &o.ClusterDNS)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs
 }

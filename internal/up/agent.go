@@ -38,6 +38,8 @@ type AgentOptions struct {
 	AgentPort     int
 	ConfigFile    string
 	Verbose       bool
+	// ClusterDNS is the node's DNS (--disable-cluster-dns, --cluster-dns-port).
+	ClusterDNS ClusterDNSOptions
 	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
 	EvictionMonitoringPeriod time.Duration
 	Runtime                  agent.RuntimeConfig
@@ -70,6 +72,9 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	}
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
+	}
+	if kc, err = withClusterDNS(kc, o.ClusterDNS); err != nil {
+		return err
 	}
 	podNetwork, err := clusterCIDR(o.ClusterCIDR)
 	if err != nil {
@@ -155,6 +160,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		}
 		return fmt.Errorf("agent: %w", err)
 	}
+	startClusterDNS(ctx, o.ClusterDNS, log, creds.kubeconfig, o.NodeName, hostIP, kc, dir, false)
 	if err := waitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
 		if ctx.Err() != nil {
 			return nil

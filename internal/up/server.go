@@ -36,6 +36,8 @@ type ServerOptions struct {
 	SecretsEncryption        bool          // encrypt Secrets at rest
 	Verbose                  bool
 	Snapshots                etcdsnapshot.Options
+	// ClusterDNS: the server makes the kube-dns Service unless disabled.
+	ClusterDNS ClusterDNSOptions
 }
 
 // RunServer starts the control plane and blocks until ctx ends.
@@ -105,6 +107,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		}
 		return err
 	}
+	publishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
 	notifyReady(log, notify, "control plane is ready")

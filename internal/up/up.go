@@ -45,6 +45,8 @@ type Options struct {
 	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
 	EvictionMonitoringPeriod time.Duration // for tests: between eviction rounds (0: 10 s)
 	Verbose                  bool          // component logs to stderr as well as the log file
+	// ClusterDNS is the node's DNS (--disable-cluster-dns, --cluster-dns-port).
+	ClusterDNS ClusterDNSOptions
 	// Runtime is the container runtime (--runtime,
 	// --container-runtime-endpoint).
 	Runtime agent.RuntimeConfig
@@ -104,6 +106,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	if kc, err = withClusterDNS(kc, o.ClusterDNS); err != nil {
+		return err
+	}
 	hostIP := node.HostIP()
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP, BindAddress: apiBindAddress(hostIP),
@@ -129,6 +134,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := ag.Start(actx); err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
+	// The admin credentials: the server keeps the kube-dns Service and the
+	// RBAC that lets other nodes publish their DNS.
+	startClusterDNS(actx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir), o.NodeName, hostIP, kc, dir, true)
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", datadir.AdminKubeconfig(dir))
 	if err != nil {
 		return err

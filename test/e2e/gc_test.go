@@ -107,6 +107,9 @@ func (a *Agent) Start() {
 	if a.Config != "" {
 		args = append(args, "--config", a.Config)
 	}
+	// Agents share the test machine's address: their DNS would fight over
+	// one port, and these tests resolve no names.
+	args = append(args, "--disable-cluster-dns")
 	if a.server.clusterCIDR != "" {
 		// The server's pod network, which the agent routes and does not NAT.
 		args = append(args, "--cluster-cidr", a.server.clusterCIDR)

@@ -103,6 +103,11 @@ type Podvisor struct {
 	// ConfigFileOnly starts podvisor up with --config-file alone, every
 	// other flag written into that file.
 	ConfigFileOnly bool
+	// ClusterDNS serves the node's cluster DNS, on a port of its own
+	// (DNSPort). Off unless a test asks: DNS of parallel podvisors must not
+	// collide, and tests that do not resolve names need none.
+	ClusterDNS bool
+	DNSPort    int
 	// clusterCIDR is this podvisor's own pod network (containerd runtime),
 	// so that parallel podvisors never share a subnet.
 	clusterCIDR string
@@ -195,6 +200,14 @@ func (p *Podvisor) UpArgs() []string {
 		"--runtime", p.Runtime}, p.Args...)
 	if !p.ServiceProxy {
 		args = append(args, "--disable-service-proxy=true")
+	}
+	if p.ClusterDNS {
+		if p.DNSPort == 0 {
+			p.DNSPort = freePort(p.t)
+		}
+		args = append(args, "--cluster-dns-port", fmt.Sprint(p.DNSPort))
+	} else {
+		args = append(args, "--disable-cluster-dns=true")
 	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {

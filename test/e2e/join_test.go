@@ -35,6 +35,11 @@ func startDaemon(t *testing.T, ready string, args ...string) *labDaemon {
 		// only Service tests run a proxy (serviceProxyTest).
 		args = append(args, "--disable-service-proxy")
 	}
+	if args[0] == "up" || args[0] == "agent" {
+		// Daemons on the test machine share its address: their DNS would
+		// fight over one port, and these tests resolve no names.
+		args = append(args, "--disable-cluster-dns")
+	}
 	d, err := startLabDaemon(t, "podvisor "+args[0], exec.Command(binary, args...), ready, 3*time.Minute)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,11 @@
 //	                      "received SIGNAME" and exits 0
 //	entrypoint-tester     prints its argv, uid:gid, working directory and
 //	                      environment, then exits 0
+//	dns SERVER NAME TYPE  one DNS question to SERVER (host:port); prints the
+//	                      rcode and the answer records exactly
+//	dns-lookup SERVER|- NAME
+//	                      resolves NAME through resolv.conf's search path,
+//	                      sending every query to SERVER ("-": resolv.conf's)
 //
 // Every line it prints goes to stdout, so tests read it from the container log.
 package main
@@ -48,7 +53,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester|dns|dns-lookup")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -72,6 +77,10 @@ func main() {
 			syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
 	case "entrypoint-tester":
 		entrypointTester()
+	case "dns":
+		dnsQuery(args)
+	case "dns-lookup":
+		dnsLookup(args)
 	default:
 		fmt.Fprintf(os.Stderr, "testserver: unknown mode %q\n", os.Args[1])
 		os.Exit(2)

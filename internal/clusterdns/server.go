@@ -1,0 +1,69 @@
+package clusterdns
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+)
+
+// Server is one running CoreDNS instance. Apply starts it or replaces its
+// configuration; a configuration that does not parse or set up leaves the
+// running one serving (caddy's restart discards a failed new instance).
+type Server struct {
+	mu      sync.Mutex
+	inst    *caddy.Instance
+	current string
+}
+
+// Apply serves corefile. It returns whether anything changed.
+func (s *Server) Apply(corefile string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst != nil && corefile == s.current {
+		return false, nil
+	}
+	in := caddy.CaddyfileInput{Contents: []byte(corefile), Filepath: "Corefile", ServerTypeName: "dns"}
+	if s.inst == nil {
+		inst, err := caddy.Start(in)
+		if err != nil {
+			return false, fmt.Errorf("CoreDNS: %w", err)
+		}
+		s.inst, s.current = inst, corefile
+		return true, nil
+	}
+	inst, err := s.inst.Restart(in)
+	if err != nil {
+		return false, fmt.Errorf("CoreDNS: %w (still serving the previous configuration)", err)
+	}
+	s.inst, s.current = inst, corefile
+	return true, nil
+}
+
+// Stop stops serving.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inst != nil {
+		_ = s.inst.Stop()
+		s.inst = nil
+	}
+}
+
+func init() {
+	// stdout is podvisor's: its first line is the ready line users and
+	// scripts wait for. CoreDNS announces its listeners there unless quiet;
+	// podvisor logs them itself.
+	dnsserver.Quiet = true
+	caddy.Quiet = true
+}
+
+// SetDefaultPort makes server blocks that name no port listen on port:
+// the users' *.server fragments then land on the node's DNS port as they do
+// on :53 in k3s. CoreDNS keeps this in a process-wide variable; a podvisor
+// process runs one DNS.
+func SetDefaultPort(port int) {
+	dnsserver.Port = strconv.Itoa(port)
+}
