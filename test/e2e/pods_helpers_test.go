@@ -33,7 +33,7 @@ func Shared(t *testing.T) *Podvisor {
 	sharedOnce.Do(func() {
 		// Start-up failures are reported on the first test that asked.
 		p := &Podvisor{t: t, DataDir: mustTemp("podvisor-shared"), NodeName: "shared-node",
-			Runtime: e2eRuntime()}
+			Runtime: e2eRuntime(), shared: true}
 		p.APIPort, p.Agent = mustFreePort(), mustFreePort()
 		p.Start()
 		shared = p
