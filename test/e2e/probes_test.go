@@ -90,7 +90,10 @@ func TestProbes(t *testing.T) {
 		dir := t.TempDir()
 		f := filepath.Join(dir, "health")
 		pod := p.pod(ns, "live-exec-ok", v1.RestartPolicyAlways, sh("c", fmt.Sprintf("echo ok > '%s'; sleep 600", f)))
-		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1}
+		// The rule under test is that a passing probe never restarts, not
+		// the timeout: 10 s, so that an exec slowed by a loaded machine is
+		// not a failure (the 1 s default restarted it under load 30).
+		pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: execProbe("cat", f), InitialDelaySeconds: 5, PeriodSeconds: 2, FailureThreshold: 1, TimeoutSeconds: 10}
 		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "live-exec-ok", 30*time.Second, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })

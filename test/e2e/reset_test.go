@@ -28,6 +28,10 @@ func TestReset(t *testing.T) {
 	tag := tagProcesses(&c)
 	p.create(t, p.pod(ns, "left", v1.RestartPolicyAlways, c))
 	p.waitRunning(t, ns, "left")
+	// Running may be reported before runc's init has exec'd the command.
+	Eventually(t, 30*time.Second, "a process of the running container", func() (bool, error) {
+		return len(taggedProcesses(tag)) > 0, nil
+	})
 
 	reset := func() (string, error) {
 		out, err := exec.Command(binary, "reset", "--data-dir", p.DataDir).CombinedOutput()

@@ -188,8 +188,10 @@ func TestLifecycleHooks(t *testing.T) {
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: httpHook(closedPort(t), "/")}
 		p.create(t, pod)
 		p.waitPod(t, ns, "prestop-closed", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-		p.deletePod(t, ns, "prestop-closed", 30)
-		p.waitGone(t, ns, "prestop-closed", 20*time.Second)
+		// Gone long before the 120 s grace: the failed hook did not hold the
+		// stop (a deadline, not a timing of the machine).
+		p.deletePod(t, ns, "prestop-closed", 120)
+		p.waitGone(t, ns, "prestop-closed", 60*time.Second)
 		p.waitEvent(t, ns, "prestop-closed", "FailedPreStopHook")
 	})
 }
@@ -407,9 +409,10 @@ func TestAgentRestartDuringTermination(t *testing.T) {
 	shareHostDirs(pod, dir)
 	p.create(t, pod)
 	p.waitPod(t, ns, "slow-stop", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-	if len(taggedProcesses(tag)) == 0 {
-		t.Fatal("no process of the running container found")
-	}
+	// Running may be reported before runc's init has exec'd the command.
+	Eventually(t, 30*time.Second, "a process of the running container", func() (bool, error) {
+		return len(taggedProcesses(tag)) > 0, nil
+	})
 	p.deletePod(t, ns, "slow-stop", 60)
 	Eventually(t, 20*time.Second, "preStop started", func() (bool, error) {
 		_, err := os.Stat(dir + "/prestop")
