@@ -279,7 +279,11 @@ func (p *Podvisor) Start() {
 	}
 	p.exited = make(chan struct{})
 	lines := scanLines(out)
-	go func() { p.exitErr = p.cmd.Wait(); close(p.exited) }()
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		reportOwnExit(p.NodeName, p.cmd, p.stderr)
+		close(p.exited)
+	}()
 	if p.NodeName != "shared-node" {
 		p.t.Cleanup(func() {
 			if p.Runtime == "containerd" {
@@ -354,6 +358,22 @@ func terminate(cmd *exec.Cmd, exited <-chan struct{}) (killed bool) {
 		<-exited
 		return true
 	}
+}
+
+// reportOwnExit prints, on the test binary's stderr, how a podvisor that
+// exited on its own with a failure ended: a test that loses its podvisor
+// otherwise shows only refused connections (CI once did). A podvisor
+// stopped by SIGTERM exits 0 and one killed by a signal is a test's doing;
+// neither is reported. Not t.Logf: the exit may come after the test ended.
+func reportOwnExit(node string, cmd *exec.Cmd, stderr *syncBuffer) {
+	st := cmd.ProcessState
+	if st == nil || st.ExitCode() <= 0 {
+		return
+	}
+	lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+	lines = lines[max(0, len(lines)-80):]
+	fmt.Fprintf(os.Stderr, "podvisor %s exited on its own: %v; the last %d lines of its stderr:\n%s\n",
+		node, st, len(lines), strings.Join(lines, "\n"))
 }
 
 // ExitCode is the exit status after Stop.
