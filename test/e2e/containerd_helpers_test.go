@@ -154,7 +154,9 @@ func purgeContainerd(logf func(format string, args ...any), dataDir string) {
 	if err != nil {
 		return
 	}
-	if _, err := os.Stat(paths.Socket); err != nil {
+	// Not serving (its podvisor died): a CRI client would fail validation
+	// and leak a connection that redials the socket for the rest of the run.
+	if !containerd.Serving(paths.Socket) {
 		killShims(paths)
 		return
 	}
