@@ -30,6 +30,7 @@ import (
 	"github.com/podvisor/podvisor/internal/freeport"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/service"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
 // Options are the flags of `podvisor up`.
@@ -123,7 +124,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	actx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
+	routing := &serviceproxy.Routing{}
 	ag, err := agent.New(agent.Config{
+		Unrouter: routing,
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: controlplane.NodeKubeconfig(dir), PKIDir: controlplane.PKIDir(dir), Kubelet: kc, Log: log,
 		Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
@@ -153,7 +156,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	startServiceProxy(actx, o.DisableServiceProxy, log, controlplane.KubeProxyKubeconfig(dir), o.NodeName, hostIP, podNetwork)
+	startServiceProxy(actx, o.DisableServiceProxy, log, controlplane.KubeProxyKubeconfig(dir), o.NodeName, hostIP, podNetwork, routing)
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
 	notifyReady(log, notify, "node "+o.NodeName+" is Ready")

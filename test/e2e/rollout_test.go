@@ -18,6 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/lifecycle"
 )
 
 // rolloutRate is the client's steady load during a rollout, in requests
@@ -30,8 +32,10 @@ const rolloutRate = 100
 // is lost — the endpoint is removed, and the proxy stops sending new
 // connections, while the old pod still serves. Without the preStop sleep,
 // SIGTERM races the endpoint's removal (kubernetes#106476) and the test
-// reports how many requests that lost. A pod that is the only endpoint of
-// its Service still gets traffic while it terminates and serves.
+// reports how many requests that lost; with podvisor's opt-in to stop a pod
+// only once the node's proxy no longer routes to it, none is lost again. A
+// pod that is the only endpoint of its Service still gets traffic while it
+// terminates and serves.
 func TestServiceRollout(t *testing.T) {
 	p := serviceProxyTest(t)
 	ns := p.Namespace("rollout")
@@ -91,6 +95,23 @@ func TestServiceRollout(t *testing.T) {
 		// takes to see the endpoint go (the upstream race, which a preStop
 		// sleep exists to cover).
 		t.Logf("without a preStop sleep: %s", r)
+	})
+
+	t.Run("without a preStop sleep, stopped once unrouted, a rollout loses no request", func(t *testing.T) {
+		d, err := p.Admin.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Spec.Template.Annotations = map[string]string{lifecycle.StopAfterUnroutedAnnotation: "true"}
+		if _, err := p.Admin.AppsV1().Deployments(ns).Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p.waitRolledOut(t, ns, dep.Name)
+		r := p.rolloutUnderLoad(t, ns, "client", dep.Name, url)
+		t.Logf("without a preStop sleep, %s=true: %s", lifecycle.StopAfterUnroutedAnnotation, r)
+		if r.failed != 0 {
+			t.Errorf("%d of %d requests failed during the rollout; want none: %s", r.failed, r.sent, strings.Join(r.samples, "; "))
+		}
 	})
 
 	t.Run("the only endpoint still gets traffic while it terminates and serves", func(t *testing.T) {
