@@ -173,3 +173,37 @@ func waitLines(t *testing.T, file string, lines ...string) {
 		return string(b) == want, err
 	})
 }
+
+// localPathOnAgent: a joined agent provisions (with the node's own
+// credentials) the default-class claim of a pod put on it, in its own data
+// dir, and removes the directory when the claim is deleted.
+func localPathOnAgent(t *testing.T, cp *Podvisor, ns string, agent *labAgent) {
+	ctx := context.Background()
+	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent-data"}, Spec: v1.PersistentVolumeClaimSpec{
+		AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		Resources:   v1.VolumeResourceRequirements{Requests: v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Mi")}}}}
+	if _, err := cp.Admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := cp.pod(ns, "agent-writer", v1.RestartPolicyAlways, sh("c", "echo "+agent.Node+" > /data/f; exec sleep 3600"))
+	pod.Spec.NodeSelector = map[string]string{v1.LabelHostname: agent.Node}
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "agent-data"}}}}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	cp.create(t, pod)
+	cp.waitPod(t, ns, "agent-writer", 3*time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+	dir := cp.claimDir(t, ns, "agent-data")
+	if !strings.HasPrefix(dir, filepath.Join(agent.DataDir, "storage")+"/") {
+		t.Errorf("volume at %s, not in the data dir of node %s (%s)", dir, agent.Node, agent.DataDir)
+	}
+	waitLines(t, filepath.Join(dir, "f"), agent.Node)
+	if err := cp.Admin.CoreV1().Pods(ns).Delete(ctx, "agent-writer", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Admin.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, "agent-data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 3*time.Minute, "the directory of the deleted claim to be removed", func() (bool, error) {
+		_, err := os.Stat(dir)
+		return os.IsNotExist(err), err
+	})
+}
