@@ -11,7 +11,7 @@ import (
 // no node and so no path of its own.
 func localStorageFlags(fs *flag.FlagSet, o *up.LocalStorageOptions, node bool) {
 	if node {
-		fs.BoolVar(&o.Disable, "disable-local-storage", false, "do not run the built-in local-path provisioner on this node (StorageClass local-path, rancher.io/local-path)")
+		fs.BoolVar(&o.Disable, "disable-local-storage", false, "do not run the built-in local-path provisioner on this node (rancher.io/local-path; on up, no local-path StorageClass either)")
 		fs.StringVar(&o.Path, "default-local-storage-path", "", "directory of the volumes the local-path provisioner makes on this node (default DATA_DIR/storage)")
 		return
 	}
