@@ -18,12 +18,13 @@ type LocalStorageOptions struct {
 	Path    string // --default-local-storage-path; "": DATA_DIR/storage
 }
 
-// root is where this node's volumes live.
-func (o LocalStorageOptions) root(dataDir string) string {
+// root is where this node's volumes live; a relative --default-local-storage-path
+// is taken from the working directory (PVs name absolute paths).
+func (o LocalStorageOptions) root(dataDir string) (string, error) {
 	if o.Path != "" {
-		return filepath.Clean(o.Path)
+		return filepath.Abs(o.Path)
 	}
-	return filepath.Join(dataDir, "storage")
+	return filepath.Join(dataDir, "storage"), nil
 }
 
 // startLocalStorage runs this node's local-path provisioner unless
@@ -33,13 +34,18 @@ func startLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Log
 		log.Info("local-path provisioner disabled (--disable-local-storage): this node provisions no volumes")
 		return
 	}
+	root, err := o.root(dataDir)
+	if err != nil {
+		log.Error("local-path provisioner not started", "err", err)
+		return
+	}
 	client, err := clientFor(kubeconfig)
 	if err != nil {
 		log.Error("local-path provisioner not started", "err", err)
 		return
 	}
 	go func() {
-		if err := localpath.Run(ctx, localpath.Config{Client: client, NodeName: nodeName, Root: o.root(dataDir), Log: log}); err != nil {
+		if err := localpath.Run(ctx, localpath.Config{Client: client, NodeName: nodeName, Root: root, Log: log}); err != nil {
 			log.Error("local-path provisioner stopped", "err", err)
 		}
 	}()
