@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,10 +64,12 @@ func TestPersistentVolumesLocalPath(t *testing.T) {
 	if _, err := p.Admin.AppsV1().StatefulSets(ns).Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A generic ephemeral volume of the default class, beside it.
+	// A generic ephemeral volume of the default class beside it, asking
+	// (as k3s's annotation does) for a local PV, whose node affinity the
+	// node checks.
 	eph := p.pod(ns, "scratch", v1.RestartPolicyAlways, sh("c", "echo hi > "+log+"; exec sleep 3600"))
 	eph.Spec.Volumes = []v1.Volume{{Name: "tmp", VolumeSource: v1.VolumeSource{Ephemeral: &v1.EphemeralVolumeSource{
-		VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{Spec: claimSpec}}}}}
+		VolumeClaimTemplate: &v1.PersistentVolumeClaimTemplate{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"volumeType": "local"}}, Spec: claimSpec}}}}}
 	eph.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "tmp", MountPath: mountPath}}
 	p.create(t, eph)
 
@@ -76,10 +79,10 @@ func TestPersistentVolumesLocalPath(t *testing.T) {
 	for _, name := range []string{"db-0", "db-1"} {
 		pod := p.waitPod(t, ns, name, 3*time.Minute, "Running", running)
 		uids[name] = string(pod.UID)
-		dirs["data-"+name] = p.claimDir(t, ns, "data-"+name)
+		dirs["data-"+name] = p.claimDir(t, ns, "data-"+name, false)
 	}
 	p.waitPod(t, ns, "scratch", 3*time.Minute, "Running", running)
-	dirs["scratch-tmp"] = p.claimDir(t, ns, "scratch-tmp")
+	dirs["scratch-tmp"] = p.claimDir(t, ns, "scratch-tmp", true)
 	for claim, dir := range dirs {
 		if !strings.HasPrefix(dir, filepath.Join(p.DataDir, "storage")+"/") {
 			t.Errorf("claim %s: volume at %s, not under the data dir's storage", claim, dir)
@@ -145,20 +148,27 @@ func TestPersistentVolumesLocalPath(t *testing.T) {
 	}
 }
 
-// claimDir waits for claim to be bound and returns its PV's directory.
-func (p *Podvisor) claimDir(t *testing.T, ns, claim string) string {
+// claimDir waits for claim to be bound to a hostPath (or local) PV and
+// returns its directory.
+func (p *Podvisor) claimDir(t *testing.T, ns, claim string, local bool) string {
 	t.Helper()
 	var dir string
-	Eventually(t, 2*time.Minute, "claim "+ns+"/"+claim+" bound to a hostPath PV", func() (bool, error) {
+	Eventually(t, 2*time.Minute, fmt.Sprintf("claim %s/%s bound to a PV (local: %v)", ns, claim, local), func() (bool, error) {
 		pvc, err := p.Admin.CoreV1().PersistentVolumeClaims(ns).Get(context.Background(), claim, metav1.GetOptions{})
 		if err != nil || pvc.Spec.VolumeName == "" {
 			return false, err
 		}
 		pv, err := p.Admin.CoreV1().PersistentVolumes().Get(context.Background(), pvc.Spec.VolumeName, metav1.GetOptions{})
-		if err != nil || pv.Spec.HostPath == nil {
+		switch {
+		case err != nil:
 			return false, err
+		case local && pv.Spec.Local != nil:
+			dir = pv.Spec.Local.Path
+		case !local && pv.Spec.HostPath != nil:
+			dir = pv.Spec.HostPath.Path
+		default:
+			return false, fmt.Errorf("PV %s is not of the type wanted: %+v", pv.Name, pv.Spec.PersistentVolumeSource)
 		}
-		dir = pv.Spec.HostPath.Path
 		return true, nil
 	})
 	return dir
@@ -191,7 +201,7 @@ func localPathOnAgent(t *testing.T, cp *Podvisor, ns string, agent *labAgent) {
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data"}}
 	cp.create(t, pod)
 	cp.waitPod(t, ns, "agent-writer", 3*time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-	dir := cp.claimDir(t, ns, "agent-data")
+	dir := cp.claimDir(t, ns, "agent-data", false)
 	if !strings.HasPrefix(dir, filepath.Join(agent.DataDir, "storage")+"/") {
 		t.Errorf("volume at %s, not in the data dir of node %s (%s)", dir, agent.Node, agent.DataDir)
 	}
