@@ -44,6 +44,9 @@ type volumeManager struct {
 type podVolumes struct {
 	mu  sync.Mutex
 	set bool // set up at least once
+	// owned are the local PVs given the pod's fsGroup, once per pod as the
+	// kubelet does when it mounts them.
+	owned map[string]bool
 }
 
 // newVolumeManager makes the Manager's volume state.
@@ -200,7 +203,7 @@ func (w *worker) setupVolumes(ctx context.Context, pod *v1.Pod) (map[string]stri
 	defer pv.mu.Unlock()
 	paths := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
-		p, err := vm.setupVolume(ctx, w.podDir(), pod, v)
+		p, err := vm.setupVolume(ctx, w.podDir(), pod, v, pv)
 		if err != nil {
 			msg := claim.Event(v.Name, err)
 			w.m.cfg.Log.Info("volume set-up failed", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", v.Name, "err", err)
@@ -235,7 +238,7 @@ func waitingReason(err error) (reason string, failedEvent bool) {
 	return "RunContainerError", true
 }
 
-func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, v v1.Volume) (string, error) {
+func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, v v1.Volume, pv *podVolumes) (string, error) {
 	if v.HostPath != nil {
 		return v.HostPath.Path, checkHostPath(v.HostPath)
 	}
@@ -243,7 +246,7 @@ func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1
 		return "", nil // the runtime mounts the image; nothing on disk
 	}
 	if _, _, ok := claim.Name(pod, &v); ok {
-		return vm.setupClaim(ctx, pod, v)
+		return vm.setupClaim(ctx, pod, v, pv)
 	}
 	plugin := pluginDir(v)
 	if plugin == "" {

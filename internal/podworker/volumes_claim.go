@@ -18,7 +18,10 @@ import (
 // the start is retried.
 
 // setupClaim resolves the claim of volume v and makes its directory ready.
-func (vm *volumeManager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume) (string, error) {
+// A writable local PV gets the pod's fsGroup the first time, as the
+// kubelet's local volume plugin does when it mounts it (hostPath PVs do
+// not, as upstream's hostPath plugin).
+func (vm *volumeManager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs *podVolumes) (string, error) {
 	name, _, _ := claim.Name(pod, &v)
 	client := vm.m.cfg.Client
 	if client == nil {
@@ -55,6 +58,15 @@ func (vm *volumeManager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volum
 	case claim.KindLocal:
 		if _, err := os.Stat(m.Path); err != nil {
 			return "", fmt.Errorf("local volume %s: path %q does not exist on this node", m.PV, m.Path)
+		}
+		if !m.ReadOnly && !pvs.owned[v.Name] {
+			if err := applyFSGroup(m.Path, pod, false); err != nil {
+				return "", err
+			}
+			if pvs.owned == nil {
+				pvs.owned = map[string]bool{}
+			}
+			pvs.owned[v.Name] = true
 		}
 	}
 	return m.Path, nil

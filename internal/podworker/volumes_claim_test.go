@@ -3,11 +3,15 @@ package podworker
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -59,5 +63,61 @@ func TestClaimVolumeWaitsForItsPVThenMountsIt(t *testing.T) {
 	}
 	if len(mounts) != 1 || mounts[0].HostPath != filepath.Join(dir, "sub") || !mounts[0].ReadOnly {
 		t.Errorf("mounts = %+v, want %s/sub read-only", mounts, dir)
+	}
+}
+
+// A writable local PV gets the pod's fsGroup when first set up for the pod
+// (not at every container start); a hostPath PV never does, as upstream.
+func TestLocalClaimVolumeGetsTheFSGroupOncePerPod(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory another group")
+	}
+	const gid = 4321
+	pod := testPod("fsgroup")
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](gid)}
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "local", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "l"}}},
+		{Name: "host", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "h"}}},
+	}
+	localDir, hostDir := t.TempDir(), t.TempDir()
+	objs := []k8sruntime.Object{}
+	for _, c := range []struct {
+		claim string
+		src   v1.PersistentVolumeSource
+	}{
+		{"l", v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: localDir}}},
+		{"h", v1.PersistentVolumeSource{HostPath: &v1.HostPathVolumeSource{Path: hostDir}}},
+	} {
+		objs = append(objs,
+			&v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: c.claim, UID: types.UID("uid-" + c.claim)},
+				Spec: v1.PersistentVolumeClaimSpec{VolumeName: "pv-" + c.claim}, Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimBound}},
+			&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + c.claim}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: c.src,
+				ClaimRef: &v1.ObjectReference{Namespace: "ns", Name: c.claim, UID: types.UID("uid-" + c.claim)}}})
+	}
+	w, _, _ := volumeWorker(t, pod, objs...)
+	group := func(dir string) uint32 {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Gid
+	}
+	if _, err := w.setupVolumes(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(localDir); g != gid {
+		t.Errorf("local PV group %d, want the fsGroup %d", g, gid)
+	}
+	if g := group(hostDir); g == gid {
+		t.Errorf("hostPath PV got the fsGroup")
+	}
+	if err := os.Chown(localDir, -1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.setupVolumes(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if g := group(localDir); g != 0 {
+		t.Errorf("the fsGroup was applied again at the next set-up (group %d)", g)
 	}
 }
