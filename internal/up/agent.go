@@ -49,6 +49,8 @@ type AgentOptions struct {
 	ClusterCIDR string
 	// DisableServiceProxy: see Options.
 	DisableServiceProxy bool
+	// LocalStorage: this node's local-path provisioner.
+	LocalStorage LocalStorageOptions
 }
 
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
@@ -164,6 +166,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		return fmt.Errorf("agent: %w", err)
 	}
 	startClusterDNS(ctx, o.ClusterDNS, log, creds.kubeconfig, o.NodeName, hostIP, kc, dir, false)
+	startLocalStorage(ctx, o.LocalStorage, log, creds.kubeconfig, o.NodeName, dir)
 	if err := waitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -60,6 +60,8 @@ type Options struct {
 	DisableServiceProxy bool
 	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
 	SecretsEncryption bool
+	// LocalStorage is the built-in local-path provisioner.
+	LocalStorage LocalStorageOptions
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -140,6 +142,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// The admin credentials: the server keeps the kube-dns Service and the
 	// RBAC that lets other nodes publish their DNS.
 	startClusterDNS(actx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir), o.NodeName, hostIP, kc, dir, true)
+	publishLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
+	startLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir), o.NodeName, dir)
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", datadir.AdminKubeconfig(dir))
 	if err != nil {
 		return err

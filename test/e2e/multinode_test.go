@@ -321,6 +321,10 @@ func TestMultiNode(t *testing.T) {
 		})
 	})
 
+	t.Run("a claim of the default class is provisioned by the node its pod runs on", func(t *testing.T) {
+		localPathOnAgent(t, cp, ns, agents[1])
+	})
+
 	t.Run("a stopped agent's node turns NotReady and its pods move", func(t *testing.T) {
 		gone := agents[2]
 		gone.Stop()
