@@ -62,8 +62,12 @@ func (r *Routing) WaitUnrouted(ctx context.Context, ips []netip.Addr, max time.D
 	}
 }
 
-// routesTo reads the rules of mode's backend and reports whether one sends
+// RoutesTo reads the rules of mode's backend and reports whether one sends
 // new connections to any of ips.
+func RoutesTo(ctx context.Context, mode Mode, ips ...netip.Addr) (bool, error) {
+	return routesTo(ctx, mode, ips)
+}
+
 func routesTo(ctx context.Context, mode Mode, ips []netip.Addr) (bool, error) {
 	for _, family := range []struct {
 		v6        bool

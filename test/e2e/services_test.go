@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
 // serviceProxyLock is held, across test processes, by the one test that
@@ -185,6 +188,10 @@ func TestServices(t *testing.T) {
 		})
 	})
 
+	t.Run("readiness failure to endpoint removal to proxy rules, measured", func(t *testing.T) {
+		readinessToRules(t, p, ns, "web", backends[1])
+	})
+
 	t.Run("pods reach the API server through the kubernetes Service", func(t *testing.T) {
 		kube, err := p.Admin.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 		if err != nil {
@@ -333,4 +340,70 @@ func TestServiceProxyWithoutBackend(t *testing.T) {
 	if !nodeReady(node) {
 		t.Errorf("node %s is not Ready after the service proxy failed: %+v", p.NodeName, node.Status.Conditions)
 	}
+}
+
+// readinessToRules measures, over a few flips of pod's readiness (its
+// testserver's /healthz made to fail, then to pass again), how long after
+// the failure began the Service's EndpointSlice shows the pod not ready,
+// and how long until the node's proxy rules no longer send it new
+// connections (issue 26 item 4). The figures are logged, not asserted: they
+// are the probe period, the endpoint controller and the proxy's sync on
+// this machine. PODVISOR_E2E_READINESS_TRIALS sets the number of flips (3).
+func readinessToRules(t *testing.T, p *Podvisor, ns, service, pod string) {
+	trials := 3
+	if n, err := strconv.Atoi(os.Getenv("PODVISOR_E2E_READINESS_TRIALS")); err == nil && n > 0 {
+		trials = n
+	}
+	b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := serviceproxy.IPTables
+	if strings.Contains(string(b), "mode=nftables") {
+		mode = serviceproxy.NFTables
+	}
+	po, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr(po.Status.PodIP)
+	healthz := func(what string) time.Time {
+		if _, errOut, code := p.kubectl(t, "", nil, "exec", "-n", ns, pod, "--", "/testserver", "get", "http://127.0.0.1:8080/healthz/"+what); code != 0 {
+			t.Fatalf("exec into %s: exit %d: %s", pod, code, errOut)
+		}
+		return time.Now()
+	}
+	var toSlice, toRules []time.Duration
+	for range trials {
+		failing := healthz("fail")
+		var sliceAt, rulesAt time.Time
+		deadline := failing.Add(time.Minute)
+		for (sliceAt.IsZero() || rulesAt.IsZero()) && time.Now().Before(deadline) {
+			if sliceAt.IsZero() {
+				if c, err := p.endpointConditions(ns, service, pod); err == nil && c != nil && !ptr.Deref(c.Ready, true) {
+					sliceAt = time.Now()
+				}
+			}
+			if rulesAt.IsZero() {
+				if routed, err := serviceproxy.RoutesTo(context.Background(), mode, ip); err == nil && !routed {
+					rulesAt = time.Now()
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if sliceAt.IsZero() || rulesAt.IsZero() {
+			t.Fatalf("a minute after %s's readiness began failing: EndpointSlice not ready at %v, rules unrouted at %v", pod, sliceAt, rulesAt)
+		}
+		toSlice = append(toSlice, sliceAt.Sub(failing))
+		toRules = append(toRules, rulesAt.Sub(failing))
+		healthz("ok")
+		p.waitEndpointReady(t, ns, service, pod, true)
+		Eventually(t, time.Minute, "rules routing to "+pod+" again", func() (bool, error) {
+			return serviceproxy.RoutesTo(context.Background(), mode, ip)
+		})
+	}
+	slices.Sort(toSlice)
+	slices.Sort(toRules)
+	t.Logf("readiness failing → EndpointSlice not ready: %v; → %s rules no longer routing: %v (probe period 1 s, %d flips)",
+		toSlice, mode, toRules, trials)
 }
