@@ -70,7 +70,7 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg}, nil
 }
 
-// Run rotates logs every Interval until ctx ends. With a negative MaxSize
+// Run rotates logs at once and then every Interval until ctx ends. With a negative MaxSize
 // it does nothing (rotation off).
 func (m *Manager) Run(ctx context.Context) {
 	if m.cfg.Policy.MaxSize < 0 {
@@ -81,14 +81,15 @@ func (m *Manager) Run(ctx context.Context) {
 		"workers", m.cfg.Workers, "interval", m.cfg.Interval)
 	t := m.cfg.Clock.NewTicker(m.cfg.Interval)
 	defer t.Stop()
+	// A round at once, then one per interval, as upstream's wait.Forever.
 	for {
+		if err := m.RotateOnce(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Error("container log rotation", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if err := m.RotateOnce(ctx); err != nil && ctx.Err() == nil {
-				m.cfg.Log.Error("container log rotation", "err", err)
-			}
 		}
 	}
 }

@@ -173,7 +173,7 @@ func TestMissingLogIsReopened(t *testing.T) {
 	}
 }
 
-// Run rotates on each tick of the interval.
+// Run rotates at once, then on each tick of the interval.
 func TestRunRotatesEveryInterval(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "0.log")
@@ -186,22 +186,27 @@ func TestRunRotatesEveryInterval(t *testing.T) {
 	go func() { m.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(time.Minute)
+	waitFor := func(name, what string) {
+		for {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s; files %v", what, names(t, dir))
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("0.log.20261128-180000", "rotation at start")
 	for !clk.HasWaiters() {
 		if time.Now().After(deadline) {
 			t.Fatal("Run never waited on its ticker")
 		}
 		time.Sleep(time.Millisecond)
 	}
+	write(t, log, "0123456789")
 	clk.Step(10 * time.Second)
-	for {
-		if _, err := os.Stat(log + ".20261128-180010"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no rotation after a tick; files %v", names(t, dir))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor("0.log.20261128-180010", "rotation after a tick")
 }
 
 func TestNewRefusesOneFile(t *testing.T) {
