@@ -35,6 +35,7 @@ import (
 	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/hook"
 	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/logrotate"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/nodestats"
 	"github.com/podvisor/podvisor/internal/podcgroup"
@@ -96,6 +97,7 @@ type Agent struct {
 	metrics     *prometheus.Registry
 	shutdown    *shutdown.Manager
 	eviction    *eviction.Manager
+	logRotation *logrotate.Manager // nil: the runtime cannot reopen logs
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -239,6 +241,17 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if rt, ok := a.runtime.(logrotate.Runtime); ok {
+		a.logRotation, err = logrotate.New(logrotate.Config{
+			Runtime: rt,
+			Policy:  logrotate.Policy{MaxSize: cfg.Kubelet.ContainerLogMaxSize, MaxFiles: int(cfg.Kubelet.ContainerLogMaxFiles)},
+			Workers: int(cfg.Kubelet.ContainerLogMaxWorkers), Interval: cfg.Kubelet.ContainerLogMonitorInterval,
+			Log: cfg.Log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
 	// Shutdown first: a node going down refuses every pod with its own reason.
 	a.workers.SetAdmission(func(pod *v1.Pod) *v1.PodStatus {
 		if st := a.shutdown.Admit(pod); st != nil {
@@ -316,6 +329,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	go a.status.Run(ctx, 4)
 	go a.probes.Run(ctx)
 	go a.eviction.Run(ctx)
+	if a.logRotation != nil {
+		go a.logRotation.Run(ctx)
+	}
 	go a.watchContainerd(ctx)
 	go func() {
 		if err := a.setUpPodNetwork(ctx); err != nil && ctx.Err() == nil {

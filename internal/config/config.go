@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -59,6 +60,15 @@ type Config struct {
 	// podvisor's own containerd; empty: none (--container-runtime-endpoint
 	// overrides it).
 	ContainerRuntimeEndpoint string
+	// Container log rotation, as the kubelet's container log manager:
+	// ContainerLogMaxSize in bytes (containerLogMaxSize, default 10Mi; a
+	// negative quantity turns rotation off), ContainerLogMaxFiles (default
+	// 5, current file included), ContainerLogMaxWorkers (default 1),
+	// ContainerLogMonitorInterval (default 10s, at least 3s).
+	ContainerLogMaxSize         int64
+	ContainerLogMaxFiles        int32
+	ContainerLogMaxWorkers      int32
+	ContainerLogMonitorInterval time.Duration
 }
 
 // implemented lists the top-level fields podvisor honours; any other field set
@@ -73,6 +83,7 @@ var implemented = map[string]bool{
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
 	"serializeImagePulls": true, "maxParallelImagePulls": true,
+	"containerLogMaxSize": true, "containerLogMaxFiles": true, "containerLogMaxWorkers": true, "containerLogMonitorInterval": true,
 }
 
 // Default is the configuration used without --config.
@@ -89,6 +100,11 @@ func Default() Config {
 		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 		SerializeImagePulls:       true,
+
+		ContainerLogMaxSize:         10 << 20,
+		ContainerLogMaxFiles:        5,
+		ContainerLogMaxWorkers:      1,
+		ContainerLogMonitorInterval: 10 * time.Second,
 
 		LocalStorageCapacityIsolation: true,
 	}
@@ -197,6 +213,9 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 	if err := applyImagePulls(cfg, kc); err != nil {
 		return err
 	}
+	if err := applyContainerLogs(cfg, kc); err != nil {
+		return err
+	}
 	return applyEviction(cfg, kc)
 }
 
@@ -229,6 +248,40 @@ func (c Config) ParallelImagePulls() int {
 		return int(c.MaxParallelImagePulls)
 	}
 	return -1
+}
+
+// applyContainerLogs: the kubelet's defaults, parsing and validation texts.
+func applyContainerLogs(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
+	if kc.ContainerLogMaxSize != "" {
+		q, err := resource.ParseQuantity(kc.ContainerLogMaxSize)
+		if err != nil {
+			return fmt.Errorf("failed to parse container log max size %q: %v", kc.ContainerLogMaxSize, err)
+		}
+		n, ok := q.AsInt64()
+		if !ok {
+			return fmt.Errorf("failed to parse container log max size %q: invalid max log size", kc.ContainerLogMaxSize)
+		}
+		cfg.ContainerLogMaxSize = n
+	}
+	if kc.ContainerLogMaxFiles != nil {
+		if *kc.ContainerLogMaxFiles <= 1 {
+			return fmt.Errorf("invalid configuration: containerLogMaxFiles must be greater than 1")
+		}
+		cfg.ContainerLogMaxFiles = *kc.ContainerLogMaxFiles
+	}
+	if kc.ContainerLogMaxWorkers != nil {
+		if *kc.ContainerLogMaxWorkers < 1 {
+			return fmt.Errorf("invalid configuration: containerLogMaxWorkers must be greater than or equal to 1")
+		}
+		cfg.ContainerLogMaxWorkers = *kc.ContainerLogMaxWorkers
+	}
+	if d := kc.ContainerLogMonitorInterval; d != nil {
+		if d.Duration < 3*time.Second {
+			return fmt.Errorf("invalid configuration: containerLogMonitorInterval must be a positive time duration greater than or equal to 3s")
+		}
+		cfg.ContainerLogMonitorInterval = d.Duration
+	}
+	return nil
 }
 
 // applyEviction: as the kubelet, an evictionHard that is set replaces the

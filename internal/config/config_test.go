@@ -69,6 +69,10 @@ func TestBadFiles(t *testing.T) {
 		"both shutdown forms": {header + "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n", "must be empty"},
 		"parallel pulls 0":    {header + "serializeImagePulls: false\nmaxParallelImagePulls: 0\n", "maxParallelImagePulls 0 must be a positive number"},
 		"parallel but serial": {header + "maxParallelImagePulls: 3\n", "maxParallelImagePulls cannot be larger than 1 unless SerializeImagePulls"},
+		"log max size":        {header + "containerLogMaxSize: lots\n", `failed to parse container log max size "lots"`},
+		"log max files 1":     {header + "containerLogMaxFiles: 1\n", "containerLogMaxFiles must be greater than 1"},
+		"log workers 0":       {header + "containerLogMaxWorkers: 0\n", "containerLogMaxWorkers must be greater than or equal to 1"},
+		"log interval 1s":     {header + "containerLogMonitorInterval: 1s\n", "greater than or equal to 3s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := write(t, tc.body)
@@ -138,5 +142,35 @@ func TestParallelImagePulls(t *testing.T) {
 	}
 	if got := Default().ParallelImagePulls(); got != 1 {
 		t.Errorf("without a file: %d, want 1 (serialized)", got)
+	}
+}
+
+// Container log rotation: the kubelet's defaults (10Mi, 5 files, 1 worker,
+// 10s) and the fields as set; a negative size is kept (rotation off).
+func TestContainerLogRotation(t *testing.T) {
+	d := Default()
+	if d.ContainerLogMaxSize != 10<<20 || d.ContainerLogMaxFiles != 5 || d.ContainerLogMaxWorkers != 1 || d.ContainerLogMonitorInterval != 10*time.Second {
+		t.Errorf("defaults = %d %d %d %s", d.ContainerLogMaxSize, d.ContainerLogMaxFiles, d.ContainerLogMaxWorkers, d.ContainerLogMonitorInterval)
+	}
+	for _, tc := range []struct {
+		body    string
+		size    int64
+		files   int32
+		workers int32
+		every   time.Duration
+	}{
+		{"", 10 << 20, 5, 1, 10 * time.Second},
+		{"containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\n", 1 << 20, 3, 1, 10 * time.Second},
+		{"containerLogMaxSize: 500k\ncontainerLogMaxWorkers: 4\ncontainerLogMonitorInterval: 3s\n", 500000, 5, 4, 3 * time.Second},
+		{"containerLogMaxSize: \"-1\"\n", -1, 5, 1, 10 * time.Second},
+	} {
+		cfg, ignored, err := Load(write(t, header+tc.body+"maxPods: 10\n"))
+		if err != nil || len(ignored) != 0 {
+			t.Fatalf("%q: %v, ignored %v", tc.body, err, ignored)
+		}
+		if cfg.ContainerLogMaxSize != tc.size || cfg.ContainerLogMaxFiles != tc.files ||
+			cfg.ContainerLogMaxWorkers != tc.workers || cfg.ContainerLogMonitorInterval != tc.every {
+			t.Errorf("%q: got %d %d %d %s", tc.body, cfg.ContainerLogMaxSize, cfg.ContainerLogMaxFiles, cfg.ContainerLogMaxWorkers, cfg.ContainerLogMonitorInterval)
+		}
 	}
 }

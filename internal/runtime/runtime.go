@@ -277,3 +277,11 @@ type Usage struct {
 	WritableBytes  int64
 	WritableInodes int64
 }
+
+// LogReopener is a runtime whose container logs can be rotated: the agent
+// renames a running container's LogPath, then ReopenContainerLog makes the
+// writer of that log open LogPath anew (CRI's ReopenContainerLog) and
+// returns once it did. A container that is not running is ErrConflict.
+type LogReopener interface {
+	ReopenContainerLog(ctx context.Context, id string) error
+}

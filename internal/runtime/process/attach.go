@@ -45,6 +45,11 @@ const (
 	frameResize      byte = 'r' // payload: width, height (uint16 each)
 	frameStdout      byte = 'o'
 	frameStderr      byte = 'e'
+	// frameReopenLog, instead of a hello, asks the shim to reopen the
+	// container's log file (log rotation); the shim answers with one frame
+	// of the same kind, empty on success, else the error's text, and
+	// closes the connection.
+	frameReopenLog byte = 'l'
 
 	maxFrame = 1 << 20
 	// sessionBuffer is how many output chunks a session may fall behind
@@ -100,6 +105,7 @@ type attachHub struct {
 	path      string
 	tty       *os.File // the terminal's master; nil without TTY
 	stdinOnce bool
+	reopenLog func() error
 
 	stdinMu sync.Mutex // serialises writes to stdin and its closing
 	stdin   io.WriteCloser
@@ -118,8 +124,9 @@ type attachSession struct {
 }
 
 // listenAttach starts serving sessions on dir/attach.sock. stdin is the
-// container's stdin (nil: it has none), tty its terminal's master (nil: none).
-func listenAttach(dir string, stdin io.WriteCloser, tty *os.File, stdinOnce bool, log *slog.Logger) (*attachHub, error) {
+// container's stdin (nil: it has none), tty its terminal's master (nil:
+// none); reopenLog serves frameReopenLog.
+func listenAttach(dir string, stdin io.WriteCloser, tty *os.File, stdinOnce bool, reopenLog func() error, log *slog.Logger) (*attachHub, error) {
 	path := filepath.Join(dir, attachSocket)
 	os.Remove(path)
 	var ln net.Listener
@@ -133,7 +140,7 @@ func listenAttach(dir string, stdin io.WriteCloser, tty *os.File, stdinOnce bool
 	}
 	// Unlinking is ours (the short path would not name the file later).
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	h := &attachHub{log: log, ln: ln, path: path, tty: tty, stdinOnce: stdinOnce, stdin: stdin, sessions: map[*attachSession]bool{}}
+	h := &attachHub{log: log, ln: ln, path: path, tty: tty, stdinOnce: stdinOnce, stdin: stdin, reopenLog: reopenLog, sessions: map[*attachSession]bool{}}
 	h.serving.Go(h.accept)
 	return h, nil
 }
@@ -201,6 +208,10 @@ func (h *attachHub) end(s *attachSession) {
 func (h *attachHub) serve(conn net.Conn) {
 	r := bufio.NewReader(conn)
 	hello, err := readFrame(r)
+	if err == nil && hello.kind == frameReopenLog {
+		h.serveReopenLog(conn)
+		return
+	}
 	if err != nil || hello.kind != frameHello || len(hello.data) != 3 {
 		conn.Close()
 		return

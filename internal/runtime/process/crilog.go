@@ -20,9 +20,11 @@ const maxLogLine = 16 * 1024
 // format, `<RFC3339Nano> <stream> <F|P> <content>`, one entry per write so
 // the two streams interleave only at entry boundaries.
 type criLog struct {
-	mu    sync.Mutex
-	f     *os.File
+	path  string
 	clock clock.PassiveClock
+	mu    sync.Mutex
+	f     *os.File // replaced by reopen
+	done  bool     // closed: the container exited
 }
 
 func openCRILog(path string, clk clock.PassiveClock) (*criLog, error) {
@@ -33,10 +35,33 @@ func openCRILog(path string, clk clock.PassiveClock) (*criLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &criLog{f: f, clock: clk}, nil
+	return &criLog{path: path, f: f, clock: clk}, nil
 }
 
-func (l *criLog) Close() error { return l.f.Close() }
+func (l *criLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.done = true
+	return l.f.Close()
+}
+
+// reopen opens the log's path anew and writes there from now on: the agent
+// renamed the file to rotate it. Entries are whole in one file or the
+// other, never split, since writes hold mu. On error the old file is kept.
+func (l *criLog) reopen() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return errors.New("the container exited")
+	}
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return err
+	}
+	old := l.f
+	l.f = f
+	return old.Close()
+}
 
 func (l *criLog) write(stream string, partial bool, content []byte) {
 	tag := " F "

@@ -323,7 +323,7 @@ func (s *shim) stdio(c *started, cfg instanceConfig, attr *os.ProcAttr, outW, er
 		child = null
 		attr.Files = []*os.File{null, outW, errW}
 	}
-	hub, err := listenAttach(string(s.dir), toContainer, c.tty, cfg.Spec.StdinOnce, s.log)
+	hub, err := listenAttach(string(s.dir), toContainer, c.tty, cfg.Spec.StdinOnce, c.logs.reopen, s.log)
 	if err != nil {
 		child.Close()
 		if toContainer != nil {

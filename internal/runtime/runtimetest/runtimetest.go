@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 		{"RemoveSandboxRemovesContainers", testRemoveSandbox},
 		{"UnknownIDsAreNotFound", testNotFound},
 		{"UpdateResourcesInPlace", testUpdateResources},
+		{"ReopenLogAfterRename", testReopenLog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, h) })
