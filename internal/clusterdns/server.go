@@ -7,6 +7,7 @@ import (
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/core/dnsserver"
+	"k8s.io/klog/v2"
 )
 
 // Server is one running CoreDNS instance. Apply starts it or replaces its
@@ -26,6 +27,11 @@ func (s *Server) Apply(corefile string) (bool, error) {
 		return false, nil
 	}
 	in := caddy.CaddyfileInput{Contents: []byte(corefile), Filepath: "Corefile", ServerTypeName: "dns"}
+	// CoreDNS's kubernetes plugin, set up by Start and Restart, takes over
+	// klog for the whole process (every component's lines then read
+	// "[INFO] plugin/kubernetes: …"): give klog back its own output, the log
+	// file podvisor set, once it has.
+	defer klog.ClearLogger()
 	if s.inst == nil {
 		inst, err := caddy.Start(in)
 		if err != nil {
