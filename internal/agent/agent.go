@@ -34,6 +34,7 @@ import (
 	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/hook"
+	"github.com/podvisor/podvisor/internal/imagegc"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/nodestats"
@@ -93,6 +94,8 @@ type Agent struct {
 	metrics     *prometheus.Registry
 	shutdown    *shutdown.Manager
 	eviction    *eviction.Manager
+	imageGC     *imagegc.Manager // nil: no images to collect (gc.go)
+	recorder    record.EventRecorder
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -203,6 +206,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	workers = a.workers
+	a.recorder = recorder
+	if a.imageGC, err = a.newImageGC(recorder); err != nil {
+		return nil, err
+	}
 	source, err = podsource.New(client, cfg.NodeName, a.workers)
 	if err != nil {
 		return nil, err
@@ -345,6 +352,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.cleanupOrphans(ctx) > 0 {
 		go a.retryCleanupOrphans(ctx)
 	}
+	// Garbage collection knows every pod of the node from here on.
+	if a.imageGC != nil {
+		go a.imageGC.Run(ctx)
+	}
+	go a.runContainerGC(ctx, a.recorder)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/internal/eviction"
+	"github.com/podvisor/podvisor/internal/imagegc"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 )
 
@@ -55,6 +56,14 @@ type Config struct {
 	// bound), as the kubelet's image puller.
 	SerializeImagePulls   bool
 	MaxParallelImagePulls int32
+	// ImageGC: imageGCHighThresholdPercent (85), imageGCLowThresholdPercent
+	// (80), imageMinimumGCAge (2m), imageMaximumGCAge (0: off), with the
+	// kubelet's validation (gc.go).
+	ImageGC imagegc.Policy
+	// GCPeriod is not in the file: podvisor's --gc-period sets, for tests,
+	// the time between image and container GC rounds (0: the kubelet's
+	// 5m and 1m).
+	GCPeriod time.Duration
 	// ContainerRuntimeEndpoint is an existing CRI runtime to use instead of
 	// podvisor's own containerd; empty: none (--container-runtime-endpoint
 	// overrides it).
@@ -73,6 +82,7 @@ var implemented = map[string]bool{
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
 	"serializeImagePulls": true, "maxParallelImagePulls": true,
+	"imageGCHighThresholdPercent": true, "imageGCLowThresholdPercent": true, "imageMinimumGCAge": true, "imageMaximumGCAge": true,
 }
 
 // Default is the configuration used without --config.
@@ -89,6 +99,7 @@ func Default() Config {
 		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 		SerializeImagePulls:       true,
+		ImageGC:                   defaultImageGC,
 
 		LocalStorageCapacityIsolation: true,
 	}
@@ -195,6 +206,9 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
 	}
 	if err := applyImagePulls(cfg, kc); err != nil {
+		return err
+	}
+	if err := applyImageGC(cfg, kc); err != nil {
 		return err
 	}
 	return applyEviction(cfg, kc)
