@@ -67,18 +67,14 @@ func Plan(containers []runtime.Status, sandboxes []runtime.SandboxStatus, pods m
 		}
 	}
 
-	// Evictable: not running and created at least MinAge ago.
-	units := map[unit][]runtime.Status{}
+	all := map[unit][]runtime.Status{}
 	var keys []unit
 	for _, c := range containers {
-		if c.State == runtime.StateRunning || now.Sub(c.CreatedAt) < p.MinAge {
-			continue
-		}
 		k := unit{c.PodUID, c.Name}
-		if units[k] == nil {
+		if all[k] == nil {
 			keys = append(keys, k)
 		}
-		units[k] = append(units[k], c)
+		all[k] = append(all[k], c)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].pod != keys[j].pod {
@@ -86,8 +82,24 @@ func Plan(containers []runtime.Status, sandboxes []runtime.SandboxStatus, pods m
 		}
 		return keys[i].name < keys[j].name
 	})
+	// Evictable: not running and created at least MinAge ago. An instance
+	// created and not started is not counted among the dead: the newest
+	// one is about to start (counting it, as upstream does, would remove
+	// the newest dead instance in the moment between a restart's create
+	// and its start); an older one will never start and goes.
+	units := map[unit][]runtime.Status{}
 	for _, k := range keys {
-		newestFirst(units[k])
+		newestFirst(all[k])
+		for i, c := range all[k] {
+			switch {
+			case c.State == runtime.StateRunning || now.Sub(c.CreatedAt) < p.MinAge:
+			case c.State == runtime.StateCreated && pods[k.pod] && i == 0:
+			case c.State == runtime.StateCreated && pods[k.pod]:
+				remove([]runtime.Status{c})
+			default:
+				units[k] = append(units[k], c)
+			}
+		}
 	}
 
 	// A pod the node no longer has: every dead instance goes.

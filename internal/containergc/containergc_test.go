@@ -56,10 +56,26 @@ func TestPlan(t *testing.T) {
 			containers: []runtime.Status{
 				c("i1", "p", "init", "s1", exited, 1),
 				c("a1", "p", "app", "s1", exited, 2), c("a2", "p", "app", "s1", exited, 3),
-				c("b1", "q", "app", "s2", exited, 1), c("b2", "q", "app", "s2", created, 2),
+				c("b1", "q", "app", "s2", exited, 1), c("b2", "q", "app", "s2", exited, 2),
 			},
 			pods: []string{"p", "q"}, policy: DefaultPolicy(),
 			remove: []string{"a1", "b1"},
+		},
+		{
+			name: "the newest instance created and not started yet is not counted: the newest dead one stays",
+			containers: []runtime.Status{
+				c("a1", "p", "app", "s1", exited, 1), c("a2", "p", "app", "s1", exited, 2), c("a3", "p", "app", "s1", created, 3),
+			},
+			pods: []string{"p"}, policy: DefaultPolicy(),
+			remove: []string{"a1"},
+		},
+		{
+			name: "an instance created and never started that is not the newest never starts: it goes",
+			containers: []runtime.Status{
+				c("a1", "p", "app", "s1", created, 1), c("a2", "p", "app", "s1", exited, 2), c("a3", "p", "app", "s1", running, 3),
+			},
+			pods: []string{"p"}, policy: DefaultPolicy(),
+			remove: []string{"a1"},
 		},
 		{
 			name: "minimum age: an instance created less than MinAge ago is not counted",
@@ -72,7 +88,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "a pod the node no longer has: every dead instance and every sandbox not ready and empty",
 			containers: []runtime.Status{
-				c("g1", "gone", "app", "s1", exited, 1), c("g2", "gone", "app", "s2", exited, 2), c("g3", "gone", "side", "s3", running, 3),
+				c("g1", "gone", "app", "s1", exited, 1), c("g2", "gone", "app", "s2", created, 2), c("g3", "gone", "side", "s3", running, 3),
 			},
 			sandboxes: []runtime.SandboxStatus{sb("s1", "gone", dead, 1), sb("s2", "gone", dead, 2), sb("s3", "gone", dead, 3), sb("s4", "gone", ready, 4), sb("s5", "gone", dead, 5)},
 			policy:    DefaultPolicy(),

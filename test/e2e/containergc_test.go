@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -49,7 +50,10 @@ func TestContainerdContainerGCKeepsNewestDeadInstance(t *testing.T) {
 			attempts = append(attempts, itoa(int(c.Metadata.Attempt))+":"+strings.TrimPrefix(c.State.String(), "CONTAINER_"))
 		}
 		sort.Strings(attempts)
-		return strings.Join(attempts, ",") == "2:EXITED,3:RUNNING", nil
+		if got := strings.Join(attempts, ","); got != "2:EXITED,3:RUNNING" {
+			return false, fmt.Errorf("instances (attempt:state) %s", got)
+		}
+		return true, nil
 	})
 
 	kc := filepath.Join(p.DataDir, "admin.kubeconfig")
