@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,8 +65,35 @@ func TestContainerdImageGCFreesSpace(t *testing.T) {
 	}
 
 	// Fill the filesystem to 87 % used.
+	before := fillTo87(t, paths.Root, "filler")
+	Eventually(t, 2*time.Minute, "the unused testserver image removed", func() (bool, error) {
+		return !have()[images.TestserverImage], nil
+	})
+	if h := have(); !h[images.BusyboxImage] || !h[images.PauseImage] {
+		t.Errorf("images after GC: %v; busybox (in use) and pause (pinned) must stay", h)
+	}
+	Eventually(t, time.Minute, "4 MiB freed on the image filesystem", func() (bool, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(paths.Root, &st); err != nil {
+			return false, err
+		}
+		after := int64(st.Bavail) * st.Bsize
+		return after-before >= 4<<20, fmt.Errorf("%d bytes available before GC, %d now", before, after)
+	})
+	const prefix = "Insufficient free disk space on the node's image filesystem ("
+	p.waitNodeEvent(t, "FreeDiskSpaceFailed", prefix)
+	// Back over the threshold with nothing left to remove: every round
+	// fails now, and the second failure in a row is ImageGCFailed.
+	fillTo87(t, paths.Root, "filler-2")
+	p.waitNodeEvent(t, "ImageGCFailed", prefix)
+}
+
+// fillTo87 writes a file named name in dir's filesystem so that it is 87 %
+// used, and returns what is then available there.
+func fillTo87(t *testing.T, dir, name string) int64 {
+	t.Helper()
 	var st unix.Statfs_t
-	if err := unix.Statfs(paths.Root, &st); err != nil {
+	if err := unix.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
 	}
 	capacity, avail := int64(st.Blocks)*st.Bsize, int64(st.Bavail)*st.Bsize
@@ -73,40 +101,29 @@ func TestContainerdImageGCFreesSpace(t *testing.T) {
 	if filler <= 0 {
 		t.Fatalf("the image filesystem is already %d%% used", 100-avail*100/capacity)
 	}
-	if out, err := exec.Command("fallocate", "-l", strconv.FormatInt(filler, 10), filepath.Join(paths.Root, "filler")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("fallocate", "-l", strconv.FormatInt(filler, 10), filepath.Join(dir, name)).CombinedOutput(); err != nil {
 		t.Fatalf("fallocate: %v: %s", err, out)
 	}
-	before := avail - filler
-	Eventually(t, 2*time.Minute, "the unused testserver image removed", func() (bool, error) {
-		return !have()[images.TestserverImage], nil
+	return avail - filler
+}
+
+// waitNodeEvent waits for a warning event of reason on the node whose
+// message starts with prefix.
+func (p *Podvisor) waitNodeEvent(t *testing.T, reason, prefix string) {
+	t.Helper()
+	Eventually(t, 2*time.Minute, reason+" on the node", func() (bool, error) {
+		evs, err := p.Admin.CoreV1().Events("").List(context.Background(), metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,reason=" + reason})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == p.NodeName && e.Type == v1.EventTypeWarning && strings.HasPrefix(e.Message, prefix) {
+				return true, nil
+			}
+		}
+		return false, nil
 	})
-	if h := have(); !h[images.BusyboxImage] || !h[images.PauseImage] {
-		t.Errorf("images after GC: %v; busybox (in use) and pause (pinned) must stay", h)
-	}
-	if err := unix.Statfs(paths.Root, &st); err != nil {
-		t.Fatal(err)
-	}
-	if after := int64(st.Bavail) * st.Bsize; after-before < 4<<20 {
-		t.Errorf("available on the image filesystem: %d bytes before GC, %d after; want at least 4 MiB freed", before, after)
-	}
-	for reason, prefix := range map[string]string{
-		"FreeDiskSpaceFailed": "Insufficient free disk space on the node's image filesystem (",
-		"ImageGCFailed":       "Insufficient free disk space on the node's image filesystem (",
-	} {
-		Eventually(t, 2*time.Minute, reason+" on the node", func() (bool, error) {
-			evs, err := p.Admin.CoreV1().Events("").List(context.Background(), metav1.ListOptions{
-				FieldSelector: "involvedObject.kind=Node,reason=" + reason})
-			if err != nil {
-				return false, err
-			}
-			for _, e := range evs.Items {
-				if e.InvolvedObject.Name == p.NodeName && e.Type == v1.EventTypeWarning && strings.HasPrefix(e.Message, prefix) {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-	}
 }
 
 // smallFilesystem mounts a fresh ext4 filesystem of size MiB at dir (made
