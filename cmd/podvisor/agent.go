@@ -53,6 +53,7 @@ Runs a node agent that joins a cluster; JOIN is one of:
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "the cluster's pod network, as the server's --cluster-cidr: routed between nodes, not masqueraded")
 	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy, or a second node on one machine)")
 	clusterDNSFlags(fs, &o.ClusterDNS)
+	localStorageFlags(fs, &o.LocalStorage, true)
 	fs.BoolVar(&o.Verbose, "v", false, "also print logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs
 }

@@ -35,6 +35,7 @@ func upFlags(o *up.Options) *flag.FlagSet {
 	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy)")
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
 	clusterDNSFlags(fs, &o.ClusterDNS)
+	localStorageFlags(fs, &o.LocalStorage, true)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs
 }

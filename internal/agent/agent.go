@@ -71,6 +71,9 @@ type Config struct {
 	// routes lead to other nodes' pod CIDRs in it and traffic to it is not
 	// masqueraded. Invalid: neither.
 	ClusterCIDR netip.Prefix
+	// Unrouter tells when the node's service proxy stopped routing to a
+	// pod (serviceproxy.Routing); nil: pods are stopped without waiting.
+	Unrouter podworker.Unrouter
 }
 
 // Agent is a running node agent.
@@ -201,6 +204,7 @@ func New(cfg Config) (*Agent, error) {
 		Sysctls:  cfg.Kubelet.Sysctls,
 		Cgroups:  a.podCgroups(),
 		Timeline: a.timeline,
+		Unrouter: cfg.Unrouter,
 	})
 	if err != nil {
 		return nil, err

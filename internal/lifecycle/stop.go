@@ -76,3 +76,23 @@ func PreStopBudget(grace time.Duration) time.Duration { return max(grace, MinSto
 func KillAfter(grace, spent time.Duration) time.Duration {
 	return max(grace-spent, MinStopGrace)
 }
+
+// StopAfterUnroutedAnnotation opts a pod into waiting, when it is stopped
+// as a whole (deleted, evicted, shut down), until the node's service proxy
+// no longer sends it new connections before its containers' preStop hooks
+// and stop signals: a rollout then needs no preStop sleep to lose no
+// request (the race of kubernetes#106476, which upstream leaves to the
+// pod). The value "true" turns it on.
+const StopAfterUnroutedAnnotation = "podvisor.io/stop-after-unrouted"
+
+// UnroutedWait is how long a container's stop may wait for the pod to be
+// unrouted: half of the grace period it is stopped with — the other half
+// stays the container's own — when the pod opted in and is stopping as a
+// whole; 0 otherwise (a container restarted in a pod that keeps running
+// waits for nothing).
+func UnroutedWait(pod *v1.Pod, wholePod bool, grace time.Duration) time.Duration {
+	if !wholePod || pod == nil || pod.Annotations[StopAfterUnroutedAnnotation] != "true" || grace <= 0 {
+		return 0
+	}
+	return grace / 2
+}

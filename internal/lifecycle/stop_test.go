@@ -104,3 +104,26 @@ func TestGracePeriodsSaturate(t *testing.T) {
 		}
 	}
 }
+
+func TestUnroutedWait(t *testing.T) {
+	optedIn := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{StopAfterUnroutedAnnotation: "true"}}}
+	other := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{StopAfterUnroutedAnnotation: "yes"}}}
+	for _, tc := range []struct {
+		name     string
+		pod      *v1.Pod
+		wholePod bool
+		grace    time.Duration
+		want     time.Duration
+	}{
+		{"opted in, pod stopping", optedIn, true, 30 * time.Second, 15 * time.Second},
+		{"opted in, force delete", optedIn, true, 0, 0},
+		{"opted in, one container restarted", optedIn, false, 30 * time.Second, 0},
+		{"not opted in", &v1.Pod{}, true, 30 * time.Second, 0},
+		{"only \"true\" opts in", other, true, 30 * time.Second, 0},
+		{"no pod", nil, true, 30 * time.Second, 0},
+	} {
+		if got := UnroutedWait(tc.pod, tc.wholePod, tc.grace); got != tc.want {
+			t.Errorf("%s: UnroutedWait = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

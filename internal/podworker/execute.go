@@ -250,8 +250,10 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 
 // stopInstance is the one stop path every reason to stop a container uses
 // (deletion, liveness/startup failure, deadline, postStart failure, shutdown):
-// preStop with the grace period as its budget, then the stop signal, then
-// SIGKILL when what is left of the grace period (never less than 2 s) ends.
+// for a pod that asked for it, a wait until the service proxy no longer
+// routes to it; preStop with the grace period as its budget, then the stop
+// signal, then SIGKILL when what is left of the grace period (never less
+// than 2 s) ends.
 func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, id string, grace time.Duration, msg string) {
 	name := ""
 	if c != nil {
@@ -264,8 +266,12 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 	// Stopping must finish even while the agent itself stops.
 	sctx := context.WithoutCancel(ctx)
 	start := w.m.cfg.Clock.Now()
+	waited := time.Duration(0)
+	if w.isRunning(name, id) {
+		waited = w.waitUnrouted(sctx, pod, name, grace)
+	}
 	if c != nil && c.Lifecycle != nil && c.Lifecycle.PreStop != nil && w.m.cfg.Hooks != nil && w.isRunning(name, id) {
-		budget := lifecycle.PreStopBudget(grace)
+		budget := lifecycle.PreStopBudget(grace - waited)
 		hctx, cancel := context.WithCancel(sctx)
 		w.mu.Lock()
 		w.preStopCancel[id] = cancel

@@ -79,6 +79,9 @@ type Config struct {
 	// Timeline records what the workers do that no status or event shows
 	// (hooks and their durations, stop signals and kills); nil: nothing.
 	Timeline Timeline
+	// Unrouter tells when the node's service proxy stopped routing to a
+	// pod that asked to be stopped only then; nil: no pod waits.
+	Unrouter Unrouter
 	Log      *slog.Logger
 }
 

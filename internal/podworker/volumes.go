@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/podvisor/podvisor/internal/volume"
+	"github.com/podvisor/podvisor/internal/volume/claim"
 )
 
 // Volumes live under the pod's directory, as upstream's
@@ -43,6 +44,9 @@ type volumeManager struct {
 type podVolumes struct {
 	mu  sync.Mutex
 	set bool // set up at least once
+	// owned are the local PVs given the pod's fsGroup, once per pod as the
+	// kubelet does when it mounts them.
+	owned map[string]bool
 }
 
 // newVolumeManager makes the Manager's volume state.
@@ -199,9 +203,9 @@ func (w *worker) setupVolumes(ctx context.Context, pod *v1.Pod) (map[string]stri
 	defer pv.mu.Unlock()
 	paths := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
-		p, err := vm.setupVolume(ctx, w.podDir(), pod, v)
+		p, err := vm.setupVolume(ctx, w.podDir(), pod, v, pv)
 		if err != nil {
-			msg := fmt.Sprintf("MountVolume.SetUp failed for volume %q : %v", v.Name, err)
+			msg := claim.Event(v.Name, err)
 			w.m.cfg.Log.Info("volume set-up failed", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "volume", v.Name, "err", err)
 			w.m.cfg.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
 			return nil, mountError{configError{Msg: msg}}
@@ -234,16 +238,19 @@ func waitingReason(err error) (reason string, failedEvent bool) {
 	return "RunContainerError", true
 }
 
-func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, v v1.Volume) (string, error) {
+func (vm *volumeManager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, v v1.Volume, pv *podVolumes) (string, error) {
 	if v.HostPath != nil {
 		return v.HostPath.Path, checkHostPath(v.HostPath)
 	}
 	if v.Image != nil {
 		return "", nil // the runtime mounts the image; nothing on disk
 	}
+	if _, _, ok := claim.Name(pod, &v); ok {
+		return vm.setupClaim(ctx, pod, v, pv)
+	}
 	plugin := pluginDir(v)
 	if plugin == "" {
-		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath)", v.Name)
+		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim and ephemeral with hostPath or local PVs)", v.Name)
 	}
 	dir := filepath.Join(podDir, "volumes", plugin, v.Name)
 	if v.EmptyDir != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/expansion"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/volume/claim"
 )
 
 // From a container's volumeMounts to the runtime's bind mounts.
@@ -67,7 +68,8 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 			}
 			host = p
 		}
-		ro := vmount.ReadOnly || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+		_, claimRO, _ := claim.Name(pod, &v)
+		ro := vmount.ReadOnly || claimRO || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
 		if !f.Images {
 			// Host processes share the host's filesystem: the mount point is
 			// the host's. A container with an image has a root of its own,

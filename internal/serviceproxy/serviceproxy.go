@@ -32,7 +32,9 @@ type Config struct {
 	// ClusterCIDR is the pod network: traffic from it is the cluster's own
 	// and is not masqueraded on its way to a Service.
 	ClusterCIDR netip.Prefix
-	Log         *slog.Logger
+	// Routing learns the backend once chosen, to read its rules; nil: none.
+	Routing *Routing
+	Log     *slog.Logger
 }
 
 // Run prepares the kernel, picks the backend and runs kube-proxy until ctx
@@ -46,6 +48,7 @@ func Run(ctx context.Context, cfg Config) {
 		return
 	}
 	log.Info("service proxy mode", "mode", mode, "reason", why)
+	cfg.Routing.setMode(mode)
 	for _, w := range prepareKernel(kernelSettings) {
 		log.Warn("service proxy: kernel setting not applied; Services may not route", "err", w)
 	}

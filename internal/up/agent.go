@@ -18,6 +18,7 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/service"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
 // AgentOptions are the flags of `podvisor agent`: a node agent joining a
@@ -50,6 +51,8 @@ type AgentOptions struct {
 	ClusterCIDR string
 	// DisableServiceProxy: see Options.
 	DisableServiceProxy bool
+	// LocalStorage: this node's local-path provisioner.
+	LocalStorage LocalStorageOptions
 }
 
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
@@ -149,7 +152,9 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 			return err
 		}
 	}
+	routing := &serviceproxy.Routing{}
 	ag, err := agent.New(agent.Config{
+		Unrouter: routing,
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: creds.kubeconfig, RESTConfig: creds.rest, PKIDir: creds.pkiDir, ServingCertificate: creds.serving,
 		Kubelet: kc, Log: log, Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
@@ -164,13 +169,14 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		return fmt.Errorf("agent: %w", err)
 	}
 	startClusterDNS(ctx, o.ClusterDNS, log, creds.kubeconfig, o.NodeName, hostIP, kc, dir, false)
+	startLocalStorage(ctx, o.LocalStorage, log, creds.kubeconfig, o.NodeName, dir)
 	if err := waitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	startServiceProxy(ctx, o.DisableServiceProxy, log, creds.kubeconfig, o.NodeName, hostIP, podNetwork)
+	startServiceProxy(ctx, o.DisableServiceProxy, log, creds.kubeconfig, o.NodeName, hostIP, podNetwork, routing)
 	fmt.Fprintf(stdout, "podvisor agent is ready: node %s\n", o.NodeName)
 	log.Info("podvisor agent is ready", "node", o.NodeName, "server", creds.server)
 	notifyReady(log, notify, "node "+o.NodeName+" is Ready")

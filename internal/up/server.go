@@ -38,6 +38,9 @@ type ServerOptions struct {
 	Snapshots                etcdsnapshot.Options
 	// ClusterDNS: the server makes the kube-dns Service unless disabled.
 	ClusterDNS ClusterDNSOptions
+	// LocalStorage: the server makes the local-path StorageClass unless
+	// disabled (the nodes provision).
+	LocalStorage LocalStorageOptions
 }
 
 // RunServer starts the control plane and blocks until ctx ends.
@@ -108,6 +111,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		return err
 	}
 	publishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
+	publishLocalStorage(ctx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
 	notifyReady(log, notify, "control plane is ready")

@@ -30,6 +30,7 @@ import (
 	"github.com/podvisor/podvisor/internal/freeport"
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/service"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
 // Options are the flags of `podvisor up`.
@@ -60,6 +61,8 @@ type Options struct {
 	DisableServiceProxy bool
 	// SecretsEncryption encrypts Secrets at rest (--secrets-encryption).
 	SecretsEncryption bool
+	// LocalStorage is the built-in local-path provisioner.
+	LocalStorage LocalStorageOptions
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -125,7 +128,9 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	actx, stopAgent := context.WithCancel(ctx)
 	defer stopAgent()
+	routing := &serviceproxy.Routing{}
 	ag, err := agent.New(agent.Config{
+		Unrouter: routing,
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: controlplane.NodeKubeconfig(dir), PKIDir: controlplane.PKIDir(dir), Kubelet: kc, Log: log,
 		Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
@@ -139,6 +144,8 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// The admin credentials: the server keeps the kube-dns Service and the
 	// RBAC that lets other nodes publish their DNS.
 	startClusterDNS(actx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir), o.NodeName, hostIP, kc, dir, true)
+	publishLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
+	startLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir), o.NodeName, dir)
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", datadir.AdminKubeconfig(dir))
 	if err != nil {
 		return err
@@ -155,7 +162,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	startServiceProxy(actx, o.DisableServiceProxy, log, controlplane.KubeProxyKubeconfig(dir), o.NodeName, hostIP, podNetwork)
+	startServiceProxy(actx, o.DisableServiceProxy, log, controlplane.KubeProxyKubeconfig(dir), o.NodeName, hostIP, podNetwork, routing)
 	fmt.Fprintf(stdout, "podvisor is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor is ready", "node", o.NodeName, "apiPort", o.APIPort)
 	notifyReady(log, notify, "node "+o.NodeName+" is Ready")

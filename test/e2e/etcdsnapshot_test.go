@@ -20,10 +20,10 @@ import (
 // previous etcd data is kept aside. A file that is not a snapshot is
 // refused with its name and leaves etcd as it was.
 func TestEtcdSnapshotSaveAndRestore(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	// A schedule every 2 s, 2 kept, stands for k3s's twice a day, 5 kept.
 	p := NewPodvisor(t, "--etcd-snapshot-schedule-cron", "@every 2s", "--etcd-snapshot-retention", "2")
-	p.Runtime = "process" // no pods here: the cluster's objects are what matters
 	p.Start()
 	ctx := context.Background()
 	cms := p.Admin.CoreV1().ConfigMaps("default")

@@ -270,6 +270,7 @@ func TestBadInput(t *testing.T) {
 // TestConfigWarnsOnce: unimplemented KubeletConfiguration fields are named in
 // one warning line, and the implemented ones take effect.
 func TestConfigWarnsOnce(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "kubelet.yaml")
 	if err := os.WriteFile(cfg, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 42\nimageGCHighThresholdPercent: 90\nstaticPodPath: /etc/kubernetes/manifests\n"), 0o600); err != nil {

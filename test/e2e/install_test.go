@@ -21,6 +21,7 @@ import (
 // dir absolute; on a machine without systemd, install says so and writes
 // nothing.
 func TestInstallPrint(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	out, stderr, code := runPodvisor(t, time.Minute, "install", "--print", "up", "--api-port", "7443", "--data-dir", "rel/dir")
 	if code != 0 {
@@ -47,6 +48,7 @@ func TestInstallPrint(t *testing.T) {
 // A podvisor under systemd's Type=notify: READY=1 arrives once the node is
 // Ready, STOPPING=1 when it stops.
 func TestReadinessNotification(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "notify.sock")
 	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})

@@ -18,9 +18,9 @@ import (
 // deleted; a file that does not parse is reported (log and a kube-system
 // event) while the others still apply.
 func TestManifestsFolder(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	p := NewPodvisor(t)
-	p.Runtime = "process" // no pods here
 	dir := filepath.Join(p.DataDir, "manifests")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 
 	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/test/images"
 )
 
@@ -87,6 +88,9 @@ func newNetLab(t *testing.T, n int) *netLab {
 		l.ip("-n", h.NS, "link", "set", "eth0", "up")
 		l.ip("-n", h.NS, "link", "set", "lo", "up")
 		l.ip("-n", h.NS, "route", "add", "default", "via", l.gateway.String())
+		// A Service IP the machine's proxy has no rule for fails here
+		// rather than leaving by the default route (network safety).
+		l.ip("-n", h.NS, "route", "add", "unreachable", controlplane.ServiceCIDR)
 		// Pods' traffic to other nodes is routed through the machine.
 		if out, err := l.exec(i, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
 			t.Fatalf("ip_forward in %s: %v\n%s", h.NS, err, out)
@@ -348,8 +352,9 @@ func sandboxNetns(t *testing.T, dataDir string) []string {
 
 // agentCommand is `podvisor agent ARGS` in machine i's namespace.
 func (l *netLab) agentCommand(i int, args ...string) *exec.Cmd {
-	// No service proxy yet in the lab: its Services are later work (issue 26).
-	return l.podvisorCommand(i, append([]string{"agent", "--disable-service-proxy"}, args...)...)
+	// Each machine is a network namespace of its own: its agent's service
+	// proxy programs that namespace's rules only.
+	return l.podvisorCommand(i, append([]string{"agent"}, args...)...)
 }
 
 func (l *netLab) podvisorCommand(i int, args ...string) *exec.Cmd {

@@ -253,6 +253,10 @@ func TestMultiNode(t *testing.T) {
 		}
 	})
 
+	t.Run("Services and names reach pods on every node", func(t *testing.T) {
+		servicesAcrossNodes(t, cp, lab, ns, nodes, byNode)
+	})
+
 	t.Run("logs and exec reach pods on every node", func(t *testing.T) {
 		for _, name := range nodes {
 			pod := byNode[name][0]
@@ -315,6 +319,10 @@ func TestMultiNode(t *testing.T) {
 			t.Parallel()
 			nodeCredentialsAreRestricted(t, cp, ns, agents[0], agents[1])
 		})
+	})
+
+	t.Run("a claim of the default class is provisioned by the node its pod runs on", func(t *testing.T) {
+		localPathOnAgent(t, cp, ns, agents[1])
 	})
 
 	t.Run("a stopped agent's node turns NotReady and its pods move", func(t *testing.T) {
@@ -671,6 +679,77 @@ func nodeCertificatesFromCSRs(t *testing.T, cp *Podvisor, lab *netLab, nodes []s
 			return err == nil
 		}); err != nil {
 			t.Errorf("node %s's agent API at %s:10250, verified with the cluster CA: %v", name, addr, last)
+		}
+	}
+}
+
+// servicesAcrossNodes (issue 26 item 5): each node runs its service proxy
+// and cluster DNS, so a pod on any node reaches a Service's pods on every
+// node through its ClusterIP and its name, and a NodePort answers on every
+// node's address from a machine that runs no node.
+func servicesAcrossNodes(t *testing.T, cp *Podvisor, lab *netLab, ns string, nodes []string, byNode map[string][]v1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	svc, err := cp.Admin.CoreV1().Services(ns).Create(ctx, &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Selector: map[string]string{"app": "web"},
+			Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Which node each answering pod runs on.
+	nodeOf := map[string]string{}
+	for node, pods := range byNode {
+		for _, p := range pods {
+			nodeOf[p.Name] = node
+		}
+	}
+	for i, from := range nodes {
+		src := byNode[from][0]
+		// The name resolves to the ClusterIP through the node's cluster DNS
+		// (busybox's own resolver: its nc, static, cannot look names up).
+		name := "web." + ns + ".svc.cluster.local"
+		var answer string
+		if err := poll(time.Minute, func() bool {
+			o, e, _ := cp.kubectl(t, "", nil, "-n", ns, "exec", src.Name, "--", "nslookup", name)
+			answer = o + e
+			return strings.Contains(o, "Address: "+svc.Spec.ClusterIP)
+		}); err != nil {
+			t.Errorf("from %s on %s, nslookup %s: %q; want %s", src.Name, from, name, answer, svc.Spec.ClusterIP)
+		}
+		// Fresh connections to the ClusterIP until pods of every node answered.
+		get := fmt.Sprintf(`for i in $(seq 1 30); do printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 %s 80 | tail -n 1; echo; done`, svc.Spec.ClusterIP)
+		seen := map[string]bool{}
+		var last string
+		err := poll(time.Minute, func() bool {
+			o, e, code := cp.kubectl(t, "", nil, "-n", ns, "exec", src.Name, "--", "sh", "-c", get)
+			last = fmt.Sprintf("exit %d, stderr %q", code, e)
+			for _, line := range strings.Fields(o) {
+				if n, ok := nodeOf[line]; ok {
+					seen[n] = true
+				}
+			}
+			return len(seen) == len(nodes)
+		})
+		if err != nil {
+			routes, _ := lab.exec(i, "ip", "route")
+			t.Errorf("from %s on %s, %s:80 answered from the pods of nodes %v only, want all of %v (%s)\n%s's routes:\n%s",
+				src.Name, from, svc.Spec.ClusterIP, seen, nodes, last, from, routes)
+		}
+	}
+	// Machine 4 runs no node: the NodePort of every node answers it.
+	port := svc.Spec.Ports[0].NodePort
+	for i, node := range nodes {
+		url := fmt.Sprintf("http://%s/", net.JoinHostPort(lab.hosts[i].Addr.String(), fmt.Sprint(port)))
+		var out string
+		err := poll(time.Minute, func() bool {
+			out, _ = lab.exec(3, "curl", "-sS", "-m", "3", url)
+			_, ok := nodeOf[strings.TrimSpace(out)]
+			return ok
+		})
+		if err != nil {
+			t.Errorf("NodePort %s of node %s from machine 4: %q", url, node, out)
 		}
 	}
 }

@@ -69,6 +69,7 @@ func TestAPIServerVersion(t *testing.T) {
 // A podvisor started with --config-file alone takes every flag from it: the
 // data dir, node name and ports the test checks could only come from there.
 func TestConfigFileFlags(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	p := NewPodvisor(t)
 	p.ConfigFileOnly = true
@@ -121,6 +122,7 @@ func TestConfigFileFlags(t *testing.T) {
 // Secrets are stored encrypted in etcd, and rotate-keys replaces the key
 // without losing one.
 func TestSecretsEncryptionAtRest(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	p := NewPodvisor(t, "--secrets-encryption")
 	p.Start()
@@ -220,6 +222,7 @@ func TestSecretsEncryptionAtRest(t *testing.T) {
 // re-issues them all with podvisor stopped; the CA stays; the cluster keeps
 // working after each.
 func TestCertificatesRenewAndRotate(t *testing.T) {
+	processRuntimeOnly(t)
 	t.Parallel()
 	p := NewPodvisor(t)
 	p.Start()

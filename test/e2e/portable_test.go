@@ -26,6 +26,18 @@ import (
 // for one: PODVISOR_E2E_RUNTIME, else containerd, podvisor's default.
 func e2eRuntime() string { return cmp.Or(os.Getenv("PODVISOR_E2E_RUNTIME"), "containerd") }
 
+// processRuntimeOnly skips a test of something no runtime changes (the
+// control plane, operations, the timeline's page) unless the suite runs on
+// the process runtime: .ci/run runs the suite on both, and the containerd
+// half, already the heavier, need not start another podvisor and containerd
+// for it.
+func processRuntimeOnly(t *testing.T) {
+	t.Helper()
+	if e2eRuntime() != "process" {
+		t.Skip("runtime-independent: runs with PODVISOR_E2E_RUNTIME=process")
+	}
+}
+
 // shareHostDirs mounts each host directory at the same path in every
 // container of pod, so that the files the test and its containers read and
 // write are the same files on either runtime.

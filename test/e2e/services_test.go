@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -287,19 +286,8 @@ func (p *Podvisor) getFromPod(t *testing.T, ns, pod string, n int, url string) (
 func (p *Podvisor) waitEndpointReady(t *testing.T, ns, service, pod string, ready bool) {
 	t.Helper()
 	Eventually(t, time.Minute, fmt.Sprintf("endpoint %s ready=%v in service %s", pod, ready, service), func() (bool, error) {
-		slices, err := p.Admin.DiscoveryV1().EndpointSlices(ns).List(context.Background(),
-			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
-		if err != nil {
-			return false, err
-		}
-		for _, s := range slices.Items {
-			for _, e := range s.Endpoints {
-				if e.TargetRef != nil && e.TargetRef.Name == pod {
-					return ptr.Deref(e.Conditions.Ready, false) == ready, nil
-				}
-			}
-		}
-		return false, nil
+		c, err := p.endpointConditions(ns, service, pod)
+		return c != nil && ptr.Deref(c.Ready, false) == ready, err
 	})
 }
 

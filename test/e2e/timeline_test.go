@@ -336,14 +336,3 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
-// processRuntimeOnly skips a test of something no runtime changes (the
-// timeline's page, its files) unless the suite runs on the process runtime:
-// .ci/run runs the suite on both, and the containerd half, already the
-// heavier, need not start Chromium or another podvisor and containerd for it.
-func processRuntimeOnly(t *testing.T) {
-	t.Helper()
-	if e2eRuntime() != "process" {
-		t.Skip("runtime-independent: runs with PODVISOR_E2E_RUNTIME=process")
-	}
-}

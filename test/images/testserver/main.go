@@ -53,7 +53,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester|dns|dns-lookup")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|load URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester|dns|dns-lookup")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -64,6 +64,8 @@ func main() {
 		grpcHealth(args)
 	case "get":
 		get(args)
+	case "load":
+		load(args)
 	case "pause":
 		waitFor(syscall.SIGTERM, syscall.SIGINT)
 	case "hog":
