@@ -97,8 +97,8 @@ func (a *Agent) imagesInUse(ctx context.Context) (map[string]bool, error) {
 	return refs, nil
 }
 
-// runContainerGC removes dead containers and sandboxes every period
-// (the kubelet's 1 minute); a failed round is a ContainerGCFailed event on
+// runContainerGC removes dead containers and sandboxes at once and every
+// period (the kubelet's 1 minute); a failed round is a ContainerGCFailed event on
 // the node, as upstream.
 func (a *Agent) runContainerGC(ctx context.Context, recorder record.EventRecorder) {
 	period := a.cfg.Kubelet.GCPeriod
@@ -108,15 +108,15 @@ func (a *Agent) runContainerGC(ctx context.Context, recorder record.EventRecorde
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 		if err := a.workers.CollectContainers(ctx, containergc.DefaultPolicy()); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("container garbage collection failed", "err", err)
 			recorder.Event(&v1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)},
 				v1.EventTypeWarning, "ContainerGCFailed", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

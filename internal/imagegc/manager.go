@@ -73,26 +73,16 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, began: cfg.Clock.Now()}, nil
 }
 
-// Run detects the images at once (an image present at the start is first
-// seen then, as upstream), then collects every Period until ctx ends. A
-// round that fails twice in a row is an ImageGCFailed event on the node
-// (the first failure may be the runtime still starting, as upstream).
+// Run collects at once (an image present at the start is first seen then,
+// as upstream, so only the maximum age and the events can act on it), then
+// every Period until ctx ends. A round that fails twice in a row is an
+// ImageGCFailed event on the node (the first failure may be the runtime
+// still starting, as upstream).
 func (m *Manager) Run(ctx context.Context) {
-	m.mu.Lock()
-	_, err := m.detectInUse(ctx)
-	m.mu.Unlock()
-	if err != nil && ctx.Err() == nil {
-		m.cfg.Log.Info("image GC: cannot list images yet", "err", err)
-	}
 	failedBefore := false
 	t := m.cfg.Clock.NewTicker(m.cfg.Period)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
 		err := m.GarbageCollect(ctx)
 		switch {
 		case ctx.Err() != nil:
@@ -104,6 +94,11 @@ func (m *Manager) Run(ctx context.Context) {
 			m.cfg.Log.Warn("image garbage collection failed once", "err", err)
 		}
 		failedBefore = err != nil
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
 	}
 }
 
