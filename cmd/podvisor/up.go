@@ -27,6 +27,7 @@ func upFlags(o *up.Options) *flag.FlagSet {
 	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (default: the recorded one, else 2380 or a free port)")
 	fs.DurationVar(&o.NodeMonitorGracePeriod, "node-monitor-grace-period", 0, "for tests: how long a silent node stays Ready before the controller manager marks it NotReady (0: upstream default)")
 	fs.DurationVar(&o.EvictionMonitoringPeriod, "eviction-monitoring-period", 0, "for tests: time between node-pressure eviction rounds (0: upstream's 10s)")
+	fs.DurationVar(&o.GCPeriod, "gc-period", 0, "for tests: time between image and container garbage collection rounds (0: upstream's 5m and 1m)")
 	fs.StringVar(&o.Runtime.Kind, "runtime", agent.RuntimeContainerd, "container runtime: containerd (OCI images, on a containerd podvisor runs; needs root, runc and the CNI plugins) or process (host processes, no images)")
 	fs.StringVar(&o.Runtime.Endpoint, "container-runtime-endpoint", "", "an existing CRI runtime's socket (unix:///…) to use instead of podvisor's own containerd")
 	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")

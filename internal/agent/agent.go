@@ -34,6 +34,7 @@ import (
 	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/hook"
+	"github.com/podvisor/podvisor/internal/imagegc"
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/logrotate"
 	"github.com/podvisor/podvisor/internal/node"
@@ -98,6 +99,8 @@ type Agent struct {
 	shutdown    *shutdown.Manager
 	eviction    *eviction.Manager
 	logRotation *logrotate.Manager // nil: the runtime cannot reopen logs
+	imageGC     *imagegc.Manager   // nil: no images to collect (gc.go)
+	recorder    record.EventRecorder
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -209,6 +212,10 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	workers = a.workers
+	a.recorder = recorder
+	if a.imageGC, err = a.newImageGC(recorder); err != nil {
+		return nil, err
+	}
 	source, err = podsource.New(client, cfg.NodeName, a.workers)
 	if err != nil {
 		return nil, err
@@ -365,6 +372,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.cleanupOrphans(ctx) > 0 {
 		go a.retryCleanupOrphans(ctx)
 	}
+	// Garbage collection knows every pod of the node from here on.
+	if a.imageGC != nil {
+		go a.imageGC.Run(ctx)
+	}
+	go a.runContainerGC(ctx, a.recorder)
 	return nil
 }
 

@@ -19,8 +19,9 @@ import (
 // LogSource finds container logs; the agent implements it.
 type LogSource interface {
 	// LogPath returns the log file of the container's current instance
-	// (previous: the one before), and a func that reports whether that
-	// instance has exited (for follow to stop). An error of class
+	// (previous: the one its status shows as lastState, as upstream), and a
+	// func that reports whether that instance has exited (for follow to
+	// stop). An error of class
 	// runtime.ErrNotFound is answered 404 with its text, any other 400 (as
 	// the kubelet answers errors getting logs).
 	LogPath(namespace, pod, container string, previous bool) (path string, exited func() bool, err error)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/podvisor/podvisor/internal/eviction"
+	"github.com/podvisor/podvisor/internal/imagegc"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 )
 
@@ -56,6 +57,14 @@ type Config struct {
 	// bound), as the kubelet's image puller.
 	SerializeImagePulls   bool
 	MaxParallelImagePulls int32
+	// ImageGC: imageGCHighThresholdPercent (85), imageGCLowThresholdPercent
+	// (80), imageMinimumGCAge (2m), imageMaximumGCAge (0: off), with the
+	// kubelet's validation (gc.go).
+	ImageGC imagegc.Policy
+	// GCPeriod is not in the file: podvisor's --gc-period sets, for tests,
+	// the time between image and container GC rounds (0: the kubelet's
+	// 5m and 1m).
+	GCPeriod time.Duration
 	// ContainerRuntimeEndpoint is an existing CRI runtime to use instead of
 	// podvisor's own containerd; empty: none (--container-runtime-endpoint
 	// overrides it).
@@ -84,6 +93,7 @@ var implemented = map[string]bool{
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
 	"serializeImagePulls": true, "maxParallelImagePulls": true,
 	"containerLogMaxSize": true, "containerLogMaxFiles": true, "containerLogMaxWorkers": true, "containerLogMonitorInterval": true,
+	"imageGCHighThresholdPercent": true, "imageGCLowThresholdPercent": true, "imageMinimumGCAge": true, "imageMaximumGCAge": true,
 }
 
 // Default is the configuration used without --config.
@@ -100,6 +110,7 @@ func Default() Config {
 		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 		SerializeImagePulls:       true,
+		ImageGC:                   defaultImageGC,
 
 		ContainerLogMaxSize:         10 << 20,
 		ContainerLogMaxFiles:        5,
@@ -214,6 +225,9 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 		return err
 	}
 	if err := applyContainerLogs(cfg, kc); err != nil {
+		return err
+	}
+	if err := applyImageGC(cfg, kc); err != nil {
 		return err
 	}
 	return applyEviction(cfg, kc)

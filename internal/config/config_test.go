@@ -47,11 +47,11 @@ shutdownGracePeriodCriticalPods: 10s
 }
 
 func TestUnimplementedFieldsAreNamedSorted(t *testing.T) {
-	_, ignored, err := Load(write(t, header+"staticPodPath: /etc/k8s\nimageGCHighThresholdPercent: 90\nmaxPods: 3\n"))
+	_, ignored, err := Load(write(t, header+"staticPodPath: /etc/k8s\nregistryPullQPS: 9\nmaxPods: 3\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"imageGCHighThresholdPercent", "staticPodPath"}; !reflect.DeepEqual(ignored, want) {
+	if want := []string{"registryPullQPS", "staticPodPath"}; !reflect.DeepEqual(ignored, want) {
 		t.Errorf("ignored = %v, want %v", ignored, want)
 	}
 }

@@ -52,7 +52,7 @@ func Open(dir string) (State, error) {
 	os.Remove(probe)
 	b, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, os.ErrNotExist) {
-		if entries, _ := os.ReadDir(dir); len(entries) > 0 && hasForeign(entries) {
+		if entries, _ := os.ReadDir(dir); len(entries) > 0 && hasForeign(dir, entries) {
 			return State{}, fmt.Errorf("data dir %s is not empty and has no %s: not a podvisor data dir (or one from an incompatible version)", dir, stateFile)
 		}
 		return State{Layout: Layout}, nil
@@ -84,13 +84,20 @@ func Save(dir string, st State) error {
 }
 
 // hasForeign reports entries other than what podvisor itself writes first.
-func hasForeign(entries []os.DirEntry) bool {
+func hasForeign(dir string, entries []os.DirEntry) bool {
 	for _, e := range entries {
 		switch e.Name() {
 		// images/ is the air-gap folder and registries.yaml the registry
 		// mirrors (internal/containerd), manifests/ the objects applied at
 		// start (internal/manifests), all written before the first start.
 		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml", "manifests":
+		case "containerd":
+			// Only containerd/root: a filesystem of its own for the
+			// images, mounted there before the first start.
+			inner, _ := os.ReadDir(filepath.Join(dir, e.Name()))
+			if len(inner) != 1 || inner[0].Name() != "root" {
+				return true
+			}
 		default:
 			return true
 		}

@@ -17,9 +17,21 @@ func TestOpenANewDirWithWhatUsersPrepare(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "registries.yaml"), []byte("mirrors: {}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The mount point of a filesystem of its own for containerd's images.
+	if err := os.MkdirAll(filepath.Join(dir, "containerd", "root", "lost+found"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if st, err := Open(dir); err != nil || st.Layout != Layout || st.NodeName != "" {
 		t.Fatalf("Open: %+v, %v; want a new dir", st, err)
 	}
+	// Anything else in containerd/ is an earlier containerd's.
+	if err := os.WriteFile(filepath.Join(dir, "containerd", "config.toml"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "not a podvisor data dir") {
+		t.Errorf("Open of a dir with a foreign containerd/: %v", err)
+	}
+	os.Remove(filepath.Join(dir, "containerd", "config.toml"))
 	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

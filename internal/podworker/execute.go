@@ -416,7 +416,7 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	list := w.instances[container]
 	idx := len(list) - 1
 	if previous {
-		idx--
+		idx = w.previousLocked(container, list)
 	}
 	if idx < 0 {
 		if previous {
@@ -436,6 +436,27 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 		return true
 	}
 	return path, exited, nil
+}
+
+// previousLocked is the index in list of the instance `logs --previous`
+// reads: the one the published status shows as lastState, as upstream
+// (during a back-off that is the newest instance, which the container GC
+// keeps), else the one before the newest.
+func (w *worker) previousLocked(container string, list []runtime.Status) int {
+	st := w.lastStatus
+	for _, statuses := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.Name != container || cs.LastTerminationState.Terminated == nil {
+				continue
+			}
+			for i := len(list) - 1; i >= 0; i-- {
+				if w.m.runtimeName+"://"+list[i].ID == cs.LastTerminationState.Terminated.ContainerID {
+					return i
+				}
+			}
+		}
+	}
+	return len(list) - 2
 }
 
 // shortenStopsLocked applies a shorter grace period to stops in flight: their

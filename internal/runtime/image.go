@@ -44,3 +44,19 @@ type RegistryAuth struct {
 	IdentityToken string
 	RegistryToken string
 }
+
+// ImageFs is implemented by a runtime that can say where its images are
+// stored (CRI ImageFsInfo), so that the agent can measure that filesystem
+// for image garbage collection.
+type ImageFs interface {
+	ImageFsInfo(ctx context.Context) (ImageFsUsage, error)
+}
+
+// ImageFsUsage is the filesystem holding a runtime's images.
+type ImageFsUsage struct {
+	// Mountpoint is a directory on that filesystem (containerd: its
+	// snapshotter's root).
+	Mountpoint string
+	// UsedBytes is what the images take there, as the runtime counts it.
+	UsedBytes uint64
+}

@@ -43,7 +43,9 @@ type AgentOptions struct {
 	ClusterDNS ClusterDNSOptions
 	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
 	EvictionMonitoringPeriod time.Duration
-	Runtime                  agent.RuntimeConfig
+	// GCPeriod is for tests: between image and container GC rounds (0: 5m and 1m).
+	GCPeriod time.Duration
+	Runtime  agent.RuntimeConfig
 	// ClusterCIDR is the cluster's pod network (--cluster-cidr, as the
 	// server's); empty: 10.42.0.0/16.
 	ClusterCIDR string
@@ -76,6 +78,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
+	kc.GCPeriod = o.GCPeriod
 	if kc, err = withClusterDNS(kc, o.ClusterDNS); err != nil {
 		return err
 	}

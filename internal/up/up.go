@@ -45,6 +45,7 @@ type Options struct {
 	EtcdPeerPort             int           // 0: as recorded, else 2380 or a free port
 	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
 	EvictionMonitoringPeriod time.Duration // for tests: between eviction rounds (0: 10 s)
+	GCPeriod                 time.Duration // for tests: between image and container GC rounds (0: 5m and 1m)
 	Verbose                  bool          // component logs to stderr as well as the log file
 	// ClusterDNS is the node's DNS (--disable-cluster-dns, --cluster-dns-port).
 	ClusterDNS ClusterDNSOptions
@@ -75,6 +76,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if o.EvictionMonitoringPeriod > 0 {
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
+	kc.GCPeriod = o.GCPeriod
 	podNetwork, err := clusterCIDR(o.ClusterCIDR)
 	if err != nil {
 		return err

@@ -92,3 +92,20 @@ func image(img *runtimeapi.Image) runtime.Image {
 	}
 	return out
 }
+
+var _ runtime.ImageFs = (*Runtime)(nil)
+
+// ImageFsInfo reports the runtime's first image filesystem (containerd has
+// one: its snapshotter's).
+func (r *Runtime) ImageFsInfo(ctx context.Context) (runtime.ImageFsUsage, error) {
+	resp, err := r.is.ImageFsInfo(quiet(ctx))
+	if err != nil {
+		return runtime.ImageFsUsage{}, classify(err, "image filesystem info")
+	}
+	for _, fs := range resp.GetImageFilesystems() {
+		if mp := fs.GetFsId().GetMountpoint(); mp != "" {
+			return runtime.ImageFsUsage{Mountpoint: mp, UsedBytes: fs.GetUsedBytes().GetValue()}, nil
+		}
+	}
+	return runtime.ImageFsUsage{}, fmt.Errorf("image filesystem info: the runtime names no image filesystem: %w", runtime.ErrUnavailable)
+}

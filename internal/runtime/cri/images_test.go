@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	imagemgr "github.com/podvisor/podvisor/internal/images"
+	"github.com/podvisor/podvisor/internal/pause"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
@@ -91,5 +93,32 @@ func TestImageManagerOverContainerd(t *testing.T) {
 	if !errors.As(err, &fail) || fail.Reason != "ImagePullBackOff" ||
 		fail.Message != `Back-off pulling image "docker.io/library/nosuch:1": ErrImagePull: `+first {
 		t.Errorf("second start: %v", err)
+	}
+}
+
+// ImageFsInfo names a directory of the filesystem holding containerd's
+// images (what image GC measures), and the sandbox image is pinned (what
+// image GC never removes).
+func TestImageFsInfoAndPinnedSandboxImage(t *testing.T) {
+	r, ctx, _ := podFixture(t)
+	fs, err := r.ImageFsInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(fs.Mountpoint); err != nil || !st.IsDir() {
+		t.Errorf("image filesystem %+v: %v", fs, err)
+	}
+	list, err := r.ListImages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := map[string]bool{}
+	for _, img := range list {
+		for _, tag := range img.RepoTags {
+			pinned[tag] = img.Pinned
+		}
+	}
+	if !pinned[pause.ImageName] || pinned["docker.io/library/busybox:latest"] {
+		t.Errorf("pinned images: %v; want the sandbox image %s pinned, busybox not", pinned, pause.ImageName)
 	}
 }
