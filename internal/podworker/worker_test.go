@@ -210,16 +210,22 @@ func (f *fakeRuntime) resourceUpdates() []resourceUpdate {
 	return slices.Clone(f.updates)
 }
 
-// statusLog keeps the newest status written per pod.
+// statusLog keeps the newest status written per pod; onDelete, if set, is
+// called when the final delete of a pod is asked for.
 type statusLog struct {
-	mu   sync.Mutex
-	last map[types.UID]v1.PodStatus
+	mu       sync.Mutex
+	last     map[types.UID]v1.PodStatus
+	onDelete func(uid types.UID)
 }
 
-func (s *statusLog) Set(pod *v1.Pod, st v1.PodStatus, _ bool) {
+func (s *statusLog) Set(pod *v1.Pod, st v1.PodStatus, deleteAfter bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.last[pod.UID] = st
+	onDelete := s.onDelete
+	s.mu.Unlock()
+	if deleteAfter && onDelete != nil {
+		onDelete(pod.UID)
+	}
 }
 
 func (s *statusLog) Forget(types.UID) {}
