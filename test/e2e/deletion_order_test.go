@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podvisor/podvisor/internal/proctree"
 )
 
 // A pod leaves the API only once its termination is complete, as the
@@ -105,7 +105,7 @@ func sandboxNotStopped(ctx context.Context, rs interface {
 	PodSandboxStatus(context.Context, string, bool) (*runtimeapi.PodSandboxStatusResponse, error)
 }, id string, pid int) string {
 	var why []string
-	if alive(pid) {
+	if proctree.Alive(pid) {
 		why = append(why, fmt.Sprintf("had its pause process %d alive", pid))
 	}
 	resp, err := rs.PodSandboxStatus(ctx, id, false)
@@ -122,15 +122,4 @@ func sandboxNotStopped(ctx context.Context, rs interface {
 		}
 	}
 	return strings.Join(why, ", ")
-}
-
-// alive: process pid exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && !strings.HasPrefix(strings.TrimSpace(s[i+1:]), "Z")
 }
