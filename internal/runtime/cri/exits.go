@@ -53,8 +53,9 @@ const (
 )
 
 // ObserveTaskExit records that the main process of container id exited
-// with status at time at, and reports the container exited. Containers of
-// no pod, sandboxes and unknown ids are ignored.
+// with status at time at, and reports the container exited (a SIGKILL's
+// exit is only kept: lostOnly). Containers of no pod, sandboxes and unknown
+// ids are ignored.
 func (r *Runtime) ObserveTaskExit(id string, status uint32, at time.Time) {
 	// The tracker's view, not r.containers: a relist that began before the
 	// container was made drops it from there until it is read again.
