@@ -279,6 +279,37 @@ func TestDeleteWaitsForTheSandboxStop(t *testing.T) {
 	}
 }
 
+// A pod force-deleted while its sandbox is being made: the sandbox, made
+// after the worker removed the pod's others, is removed too, not leaked
+// (its shim and pause process would run on until the next agent start).
+func TestSandboxMadeAfterThePodWentIsRemoved(t *testing.T) {
+	rt := newFakeRuntime()
+	gate := make(chan struct{})
+	rt.sandboxGate = gate
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt,
+		Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("web")
+	m.UpdatePod(pod)
+	waitFor(t, "the sandbox being made", func() bool {
+		w := m.worker(pod.UID)
+		if w == nil {
+			return false
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.sandboxBusy
+	})
+	m.RemovePod(pod)
+	waitFor(t, "the worker finished", func() bool { return m.worker(pod.UID) == nil })
+	close(gate)
+	waitFor(t, "the late sandbox removed", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.next > 0 && len(rt.sandboxes) == 0
+	})
+}
+
 // On a runtime with pod networks the sandbox gets the pod's DNS: without
 // clusterDNS a ClusterFirst pod falls back to the node's resolv.conf with
 // upstream's MissingClusterDNS warning; the hostname is the FQDN with

@@ -47,6 +47,9 @@ type fakeRuntime struct {
 	updates        []resourceUpdate
 	updateFailures int
 	memoryUsage    int64 // every container's working set
+	// sandboxGate, if set, holds every RunSandbox until it is closed (a
+	// sandbox slow to make).
+	sandboxGate chan struct{}
 }
 
 type resourceUpdate struct {
@@ -68,6 +71,12 @@ func (f *fakeRuntime) Features() runtime.Features {
 }
 
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
+	f.mu.Lock()
+	gate := f.sandboxGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sandboxFailures > 0 {
