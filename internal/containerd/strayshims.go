@@ -30,9 +30,10 @@ type Shim struct {
 	ID  string // its -id: the sandbox's (containerd groups a pod's containers in one shim)
 }
 
-// StrayShims returns the shims in t of the containerd serving socket (in
-// the CRI's namespace) whose -id is not a task that containerd knows.
-func StrayShims(t proctree.Table, socket string, known func(id string) bool) []Shim {
+// ShimsOf returns the shims in t of the containerd serving socket, in the
+// CRI's namespace: found by their -address, as `podvisor reset` finds them
+// by the state directory.
+func ShimsOf(t proctree.Table, socket string) []Shim {
 	var out []Shim
 	for _, p := range t.Procs {
 		if len(p.Args) == 0 || !strings.HasPrefix(filepath.Base(p.Args[0]), "containerd-shim") {
@@ -41,8 +42,18 @@ func StrayShims(t proctree.Table, socket string, known func(id string) bool) []S
 		if flagValue(p.Args, "address") != socket || flagValue(p.Args, "namespace") != Namespace {
 			continue
 		}
-		if id := flagValue(p.Args, "id"); id != "" && !known(id) {
-			out = append(out, Shim{PID: p.PID, ID: id})
+		out = append(out, Shim{PID: p.PID, ID: flagValue(p.Args, "id")})
+	}
+	return out
+}
+
+// StrayShims returns the shims of ShimsOf whose -id is not a task that
+// containerd knows. A shim without an -id is not one to judge.
+func StrayShims(t proctree.Table, socket string, known func(id string) bool) []Shim {
+	var out []Shim
+	for _, s := range ShimsOf(t, socket) {
+		if s.ID != "" && !known(s.ID) {
+			out = append(out, s)
 		}
 	}
 	return out
