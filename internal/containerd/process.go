@@ -169,6 +169,7 @@ func (p *Process) setUp(ctx context.Context, o Options) error {
 		return fmt.Errorf("containerd: %w", err)
 	}
 	defer c.Close()
+	c.removeStrayShims(ctx, p.paths.Socket, o.Log)
 	if err := c.ensureSandboxImage(ctx); err != nil {
 		return err
 	}

@@ -136,15 +136,27 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		}
 		w.mu.Lock()
 		w.sandboxBusy = false
-		if err == nil {
+		finished := w.finished
+		switch {
+		case err == nil && finished:
+			// The pod went (a force delete) while the sandbox was made:
+			// finish removed the others, and nothing would remove this one.
+		case err == nil:
 			if !updateSandbox(w.sandboxes, st) { // an event may have told of it first
 				w.sandboxes = append(w.sandboxes, st)
 				sortSandboxes(w.sandboxes)
 			}
-		} else {
+		default:
 			w.sandboxRetryAt = w.m.cfg.Clock.Now().Add(sandboxRetry)
 		}
 		w.mu.Unlock()
+		if err == nil && finished {
+			if err := rt.RemoveSandbox(ctx, id); err != nil && !runtime.IsNotFound(err) {
+				w.m.cfg.Log.Warn("removing the sandbox of a pod that went while it was made", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
+			}
+			w.removeCgroup(pod) // finish could not: the sandbox ran in it
+			return
+		}
 		if err != nil {
 			w.m.cfg.Log.Warn("creating pod sandbox", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 			w.m.cfg.Recorder.Eventf(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: %v", err)

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -210,6 +212,101 @@ func TestFailedSandboxStopIsRetried(t *testing.T) {
 	waitFor(t, "the failed stop tried again", func() bool {
 		clk.Step(sandboxRetry)
 		return stopped()
+	})
+}
+
+// The final delete of a pod waits for its sandbox's stop to return: one
+// whose stop failed holds the delete until the retry stops it.
+func TestDeleteWaitsForTheSandboxStop(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.stopFailures = 1 << 30 // until the test lets it stop
+	clk := clocktesting.NewFakeClock(time.Now())
+	var mu sync.Mutex
+	var deletes, early int
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}, onDelete: func(types.UID) {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		deletes++
+		for _, sb := range rt.sandboxes {
+			if sb.State != runtime.SandboxNotReady {
+				early++
+			}
+		}
+	}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+		Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("web")
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
+	m.UpdatePod(pod)
+	waitFor(t, "the container running", func() bool {
+		list, _ := rt.List(context.Background())
+		return len(list) == 1 && list[0].State == runtime.StateRunning
+	})
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
+	deleting.DeletionGracePeriodSeconds = ptr.To[int64](0)
+	m.UpdatePod(deleting)
+	waitStatus(t, statuses, pod.UID, "the container stopped", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Terminated != nil
+	})
+	waitFor(t, "the sandbox's stop tried and retried", func() bool {
+		clk.Step(sandboxRetry)
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.stopFailures <= 1<<30-2
+	})
+	mu.Lock()
+	n := deletes
+	mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d deletes asked for while the sandbox's stop failed", n)
+	}
+	rt.mu.Lock()
+	rt.stopFailures = 0
+	rt.mu.Unlock()
+	waitFor(t, "the delete once the stop is retried", func() bool {
+		clk.Step(sandboxRetry)
+		mu.Lock()
+		defer mu.Unlock()
+		return deletes > 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if early != 0 {
+		t.Errorf("a delete was asked for while a sandbox was ready")
+	}
+}
+
+// A pod force-deleted while its sandbox is being made: the sandbox, made
+// after the worker removed the pod's others, is removed too, not leaked
+// (its shim and pause process would run on until the next agent start).
+func TestSandboxMadeAfterThePodWentIsRemoved(t *testing.T) {
+	rt := newFakeRuntime()
+	gate := make(chan struct{})
+	rt.sandboxGate = gate
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt,
+		Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	pod := testPod("web")
+	m.UpdatePod(pod)
+	waitFor(t, "the sandbox being made", func() bool {
+		w := m.worker(pod.UID)
+		if w == nil {
+			return false
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.sandboxBusy
+	})
+	m.RemovePod(pod)
+	waitFor(t, "the worker finished", func() bool { return m.worker(pod.UID) == nil })
+	close(gate)
+	waitFor(t, "the late sandbox removed", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.next > 0 && len(rt.sandboxes) == 0
 	})
 }
 

@@ -338,11 +338,17 @@ func (w *worker) sync(ctx context.Context) {
 		w.m.cfg.Recorder.Event(podref.Container(pod, e.Container), e.Type, e.Reason, e.Message)
 	}
 	if !gone {
-		w.m.cfg.Status.Set(pod, plan.Status, plan.Done && pod.DeletionTimestamp != nil)
+		w.m.cfg.Status.Set(pod, plan.Status, false)
 	}
 	if plan.Done {
 		w.stopSandboxes(ctx, pod, "")
 		w.markStopped()
+		// The final delete waits for the pod's termination to be complete
+		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
+		// again sandboxRetry later, and the delete follows then.
+		if !gone && lifecycle.MayDelete(pod, w.reclaim(plan)) {
+			w.m.cfg.Status.Set(pod, plan.Status, true)
+		}
 	} else {
 		w.stopOldSandboxes(ctx, pod)
 	}
@@ -353,6 +359,19 @@ func (w *worker) sync(ctx context.Context) {
 	if !plan.WakeAt.IsZero() {
 		w.wakeAfter(plan.WakeAt.Sub(now))
 	}
+}
+
+// reclaim is what the worker recorded of the pod's resources, for the
+// final delete: filled again by a new agent, whose stopSandboxes stops (again)
+// every sandbox it adopted.
+func (w *worker) reclaim(plan lifecycle.Plan) lifecycle.Reclaim {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy}
+	for _, sb := range w.sandboxes {
+		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
+	}
+	return r
 }
 
 // finish removes everything of the pod from the node and ends the worker.

@@ -47,6 +47,9 @@ type fakeRuntime struct {
 	updates        []resourceUpdate
 	updateFailures int
 	memoryUsage    int64 // every container's working set
+	// sandboxGate, if set, holds every RunSandbox until it is closed (a
+	// sandbox slow to make).
+	sandboxGate chan struct{}
 }
 
 type resourceUpdate struct {
@@ -68,6 +71,12 @@ func (f *fakeRuntime) Features() runtime.Features {
 }
 
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
+	f.mu.Lock()
+	gate := f.sandboxGate
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.sandboxFailures > 0 {
@@ -210,16 +219,22 @@ func (f *fakeRuntime) resourceUpdates() []resourceUpdate {
 	return slices.Clone(f.updates)
 }
 
-// statusLog keeps the newest status written per pod.
+// statusLog keeps the newest status written per pod; onDelete, if set, is
+// called when the final delete of a pod is asked for.
 type statusLog struct {
-	mu   sync.Mutex
-	last map[types.UID]v1.PodStatus
+	mu       sync.Mutex
+	last     map[types.UID]v1.PodStatus
+	onDelete func(uid types.UID)
 }
 
-func (s *statusLog) Set(pod *v1.Pod, st v1.PodStatus, _ bool) {
+func (s *statusLog) Set(pod *v1.Pod, st v1.PodStatus, deleteAfter bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.last[pod.UID] = st
+	onDelete := s.onDelete
+	s.mu.Unlock()
+	if deleteAfter && onDelete != nil {
+		onDelete(pod.UID)
+	}
 }
 
 func (s *statusLog) Forget(types.UID) {}

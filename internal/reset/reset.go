@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
@@ -27,6 +26,7 @@ import (
 	"github.com/podvisor/podvisor/internal/datadir"
 	"github.com/podvisor/podvisor/internal/mounts"
 	"github.com/podvisor/podvisor/internal/podnet"
+	"github.com/podvisor/podvisor/internal/proctree"
 	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
@@ -214,40 +214,5 @@ func runningWith(dir string) int {
 // process below one, and returns how many it killed. A shim is killed with
 // its containers: a container may have left its shim's process group.
 func killTrees(match func(cmdline string) bool) int {
-	roots := map[int]bool{}
-	parent := map[int]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && match(strings.ReplaceAll(string(cmd), "\x00", " ")) {
-			roots[pid] = true
-		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := strings.LastIndexByte(string(st), ')'); i > 0 {
-				if f := strings.Fields(string(st[i+1:])); len(f) > 1 {
-					parent[pid], _ = strconv.Atoi(f[1])
-				}
-			}
-		}
-	}
-	// Never this process or its ancestors (a sudo or shell whose command
-	// line names the data dir).
-	for p := os.Getpid(); p > 1; p = parent[p] {
-		delete(roots, p)
-	}
-	killed := 0
-	for pid := range parent {
-		for p := pid; p > 1; p = parent[p] {
-			if roots[p] {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					killed++
-				}
-				break
-			}
-		}
-	}
-	return killed
+	return proctree.Kill(proctree.Read().Trees(func(p proctree.Process) bool { return match(p.Cmdline()) }))
 }

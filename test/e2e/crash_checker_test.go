@@ -47,6 +47,11 @@ func TestCrashCheckerCatchesWhatIssue18Saw(t *testing.T) {
 				status("x://1", 0, v1.ContainerState{Terminated: exit("x://1", 0, "Completed")}, nil),
 				status("", 0, v1.ContainerState{Terminated: exit("", 137, "ContainerStatusUnknown")}, nil),
 			}},
+		{name: "an exit reported lost by containerd", want: "reported lost",
+			pods: []*v1.Pod{
+				status("x://1", 0, running, nil),
+				status("x://1", 0, v1.ContainerState{Terminated: exit("x://1", 255, "Unknown")}, nil),
+			}},
 		{name: "pod gone while its process ran", want: "left the API while processes",
 			pods: []*v1.Pod{status("x://1", 0, running, nil)}, alive: []int{4242}},
 	} {

@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/proctree"
 )
 
 // churn keeps about target pods of the crash test's kinds alive on the two
@@ -159,11 +162,18 @@ func leftovers(checker *crashChecker, dataDirs ...string) []string {
 	}
 	checker.mu.Unlock()
 	for _, uid := range uids {
-		if pids := processesWithEnv(crashEnvVar, string(uid)); len(pids) > 0 {
+		if pids := podProcesses(uid); len(pids) > 0 {
 			out = append(out, fmt.Sprintf("processes %v of pod %s", pids, uid))
 		}
 	}
+	table := proctree.Read()
 	for _, dir := range dataDirs {
+		// Shims of the data dir's containerd: every sandbox is gone.
+		if paths, err := containerd.PathsFor(dir); err == nil {
+			for _, s := range containerd.ShimsOf(table, paths.Socket) {
+				out = append(out, fmt.Sprintf("shim %d of sandbox %s of %s's containerd", s.PID, s.ID, dir))
+			}
+		}
 		// Container instances, sandbox records (the directory that holds
 		// them is no leftover), pod directories.
 		for _, sub := range []string{"containers", "containers/sandboxes", "pods"} {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -117,6 +118,13 @@ func (c *crashChecker) observe(pod *v1.Pod) {
 
 func (c *crashChecker) checkExit(pod, container string, exits map[string]string, key string, t *v1.ContainerStateTerminated) {
 	s := exitString(t)
+	// No container of the crash test exits 255: it is containerd's code for
+	// an exit it lost (issue 25).
+	if t.ExitCode == 255 && t.Reason == "Unknown" {
+		if _, ok := exits[key]; !ok {
+			c.violate("pod %s container %s: exit %s reported lost: {%s}", pod, container, key, s)
+		}
+	}
 	if old, ok := exits[key]; ok && old != s {
 		c.violate("pod %s container %s: recorded exit %s changed from {%s} to {%s}", pod, container, key, old, s)
 		return
@@ -146,6 +154,20 @@ func (c *crashChecker) report() (violations []string, pods, deleted int) {
 // crashEnvVar carries the pod UID into every container of the crash test, so
 // that its processes can be found in /proc.
 const crashEnvVar = "CRASH_POD_UID"
+
+// podProcesses lists the live processes of the crash test's pod uid: those
+// carrying its UID in their environment (every container's), and those in
+// its cgroup (on the containerd runtime, the sandbox's pause process too).
+func podProcesses(uid types.UID) []int {
+	pids := processesWithEnv(crashEnvVar, string(uid))
+	needle := []byte("/pod" + string(uid) + "/")
+	for _, pid := range processesWhose("cgroup", func(b []byte) bool { return bytes.Contains(b, needle) }) {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
 
 // processesWithEnv lists live processes whose environment has name=value.
 func processesWithEnv(name, value string) []int {

@@ -14,7 +14,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -50,7 +49,7 @@ func TestCrashRestarts(t *testing.T) {
 	a.Start()
 	lockDir := t.TempDir()
 
-	checker := newCrashChecker(func(uid types.UID) []int { return processesWithEnv(crashEnvVar, string(uid)) })
+	checker := newCrashChecker(podProcesses)
 	// The watch lasts the whole test, so that every pod seen is also seen
 	// leaving; the churn stops before the end.
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -190,7 +189,7 @@ func logAgentLines(t *testing.T, checker *crashChecker, dataDirs ...string) {
 	var needles []string
 	checker.mu.Lock()
 	for uid, pp := range checker.pods {
-		if len(processesWithEnv(crashEnvVar, string(uid))) > 0 {
+		if len(podProcesses(uid)) > 0 {
 			needles = append(needles, string(uid), pp.name)
 		}
 	}

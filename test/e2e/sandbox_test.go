@@ -63,7 +63,21 @@ func (p *Podvisor) killSandbox(t *testing.T, pod *v1.Pod) string {
 	if ready == nil {
 		t.Fatalf("pod %s has no ready sandbox", pod.Name)
 	}
-	resp, err := p.criClient(t).PodSandboxStatus(context.Background(), ready.Id, true)
+	pid := p.sandboxPid(t, ready.Id)
+	if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); !strings.Contains(string(comm), "pause") {
+		t.Fatalf("process %d of sandbox %s is %q, not the pause process", pid, ready.Id, comm)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed the pause process %d of sandbox %s", pid, ready.Id)
+	return ready.Id
+}
+
+// sandboxPid is the pause process of sandbox id, from the CRI's verbose status.
+func (p *Podvisor) sandboxPid(t *testing.T, id string) int {
+	t.Helper()
+	resp, err := p.criClient(t).PodSandboxStatus(context.Background(), id, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,16 +85,9 @@ func (p *Podvisor) killSandbox(t *testing.T, pod *v1.Pod) string {
 		Pid int `json:"pid"`
 	}
 	if err := json.Unmarshal([]byte(resp.Info["info"]), &info); err != nil || info.Pid <= 1 {
-		t.Fatalf("pid of sandbox %s: %v (info %q)", ready.Id, err, resp.Info["info"])
+		t.Fatalf("pid of sandbox %s: %v (info %q)", id, err, resp.Info["info"])
 	}
-	if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(info.Pid) + "/comm"); !strings.Contains(string(comm), "pause") {
-		t.Fatalf("process %d of sandbox %s is %q, not the pause process", info.Pid, ready.Id, comm)
-	}
-	if err := syscall.Kill(info.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("killed the pause process %d of sandbox %s", info.Pid, ready.Id)
-	return ready.Id
+	return info.Pid
 }
 
 // A pod sandbox that dies behind podvisor's back (its pause process

@@ -21,9 +21,13 @@ import (
 // exited at once with the shim's exit status and time, which are what the
 // CRI reports later.
 //
-// An exit status of 137 (SIGKILL) is left to the CRI: it may be an OOM
+// An exit status of 137 (SIGKILL) is not reported early: it may be an OOM
 // kill, which containerd finds out while handling the exit; reporting
 // "Error" first would change the container's terminated reason afterwards.
+// It is kept all the same, to stand in for an exit the CRI reports lost: a
+// container being stopped or deleted (the agent's stop ends in SIGKILL once
+// the grace period is over, as does the removal of a running container) is
+// the one most likely to be SIGKILLed when containerd is killed.
 
 // Early exits are kept on disk (StateDir/exits/ID) until the CRI reports
 // the exit itself or the container is gone: containerd killed before it
@@ -49,12 +53,10 @@ const (
 )
 
 // ObserveTaskExit records that the main process of container id exited
-// with status at time at, and reports the container exited. Containers of
-// no pod, sandboxes and unknown ids are ignored.
+// with status at time at, and reports the container exited (a SIGKILL's
+// exit is only kept: lostOnly). Containers of no pod, sandboxes and unknown
+// ids are ignored.
 func (r *Runtime) ObserveTaskExit(id string, status uint32, at time.Time) {
-	if status == sigkillExitStatus {
-		return
-	}
 	// The tracker's view, not r.containers: a relist that began before the
 	// container was made drops it from there until it is read again.
 	podUID, name, _, ok := r.events.lookup(id)
@@ -66,7 +68,16 @@ func (r *Runtime) ObserveTaskExit(id string, status uint32, at time.Time) {
 	r.mu.Lock()
 	r.early[id] = e
 	r.mu.Unlock()
+	if e.lostOnly() {
+		return
+	}
 	r.events.observe(id, podUID, name, runtime.StateExited)
+}
+
+// lostOnly: e stands in only for an exit the CRI reports lost; until then
+// the CRI's state is reported (an exit of SIGKILL, maybe an OOM kill).
+func (e earlyExit) lostOnly() bool {
+	return e.code == sigkillExitStatus && e.message != neverStartedMessage
 }
 
 func (r *Runtime) earlyExitsDir() string { return filepath.Join(r.cfg.StateDir, "exits") }
@@ -139,8 +150,8 @@ func (r *Runtime) pruneEarlyExits(listed map[string]bool) {
 func (r *Runtime) hadEarlyExit(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.early[id]
-	return ok
+	e, ok := r.early[id]
+	return ok && !e.lostOnly()
 }
 
 // withEarlyExit gives st the exit heard early if the CRI does not report
@@ -153,8 +164,12 @@ func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 	if !ok {
 		return st
 	}
-	if st.State == runtime.StateExited && !(st.ExitCode == lostExitCode && st.Reason == lostExitReason) {
+	lost := st.State == runtime.StateExited && st.ExitCode == lostExitCode && st.Reason == lostExitReason
+	if st.State == runtime.StateExited && !lost {
 		r.forgetEarlyExitLocked(st.ID)
+		return st
+	}
+	if e.lostOnly() && !lost {
 		return st
 	}
 	st.State, st.ExitCode, st.FinishedAt, st.Reason, st.Message = runtime.StateExited, e.code, e.at, "", e.message

@@ -139,6 +139,49 @@ func TestEarlyExitsLeaveKillsAndStrangersToTheCRI(t *testing.T) {
 	}
 }
 
+// A container being stopped or deleted is SIGKILLed once its grace period
+// is over: that exit (137) is not reported early (it may be an OOM kill),
+// but it is kept, so that containerd killed before it handled the exit does
+// not make it 255 "Unknown" after a restart. The CRI's own report of the
+// kill (OOMKilled here) is the one whenever the CRI has it.
+func TestAKilledContainersExitSurvivesARestartAndALostExit(t *testing.T) {
+	r, f := fakeRuntime(t, time.Hour)
+	stateDir := r.cfg.StateDir
+	lost, reported := fakeContainer(t, r), fakeContainer(t, r)
+	at := time.Now().Add(-time.Second).Round(0)
+	for _, id := range []string{lost, reported} {
+		r.ObserveTaskExit(id, 137, at)
+	}
+	if left, _ := os.ReadDir(filepath.Join(stateDir, "exits")); len(left) != 2 {
+		t.Fatalf("%d kills kept on disk, want 2", len(left))
+	}
+	r.Close()
+
+	f.mu.Lock()
+	c := f.containers[lost]
+	c.State, c.ExitCode, c.Reason, c.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, lostExitCode, lostExitReason, time.Now().UnixNano()
+	c = f.containers[reported]
+	c.State, c.ExitCode, c.Reason, c.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, 137, "OOMKilled", at.UnixNano()
+	f.mu.Unlock()
+	r2 := connectFake(t, f, time.Hour, stateDir)
+	st, err := r2.Status(context.Background(), lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtime.StateExited || st.ExitCode != 137 || st.Reason != "" || !st.FinishedAt.Equal(at) {
+		t.Errorf("after a restart with the kill lost: %+v, want exited 137 at %v", st, at)
+	}
+	if st, _ := r2.Status(context.Background(), reported); st.ExitCode != 137 || st.Reason != "OOMKilled" {
+		t.Errorf("after a restart with the kill reported: %+v, want the CRI's OOMKilled", st)
+	}
+	if err := r2.Remove(context.Background(), lost); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(stateDir, "exits")); len(left) != 0 {
+		t.Errorf("kills kept after the CRI reported one and the other was removed: %v", left)
+	}
+}
+
 // On podvisor's containerd, task exits reach the runtime before the CRI's
 // own report, with the CRI's status and time.
 func TestEarlyExitsFromContainerd(t *testing.T) {

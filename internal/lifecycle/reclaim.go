@@ -1,0 +1,55 @@
+package lifecycle
+
+import v1 "k8s.io/api/core/v1"
+
+// The final delete of a pod (grace 0, by the agent) takes the pod out of
+// the API for good: whoever waits for it (a controller making the pod's
+// replacement, a volume detach, a user's `kubectl delete --wait`) takes the
+// node's resources for free from then on. As the kubelet's status manager
+// deletes a pod only once podResourcesAreReclaimed holds
+// (https://github.com/kubernetes/kubernetes/blob/v1.36.3/pkg/kubelet/kubelet_pods.go),
+// the agent sends it only once the pod's termination is complete on the
+// node: every container stopped, every sandbox stopped (StopPodSandbox
+// returned: its processes are gone and its network is released) and none
+// being made. Volumes are unmounted only once the pod is gone from the API
+// (podworker's finish): when they are unmounted before, their unmount joins
+// these facts.
+
+// SandboxRecord is what the agent recorded of one of the pod's sandboxes.
+type SandboxRecord struct {
+	ID string
+	// Stopped: this agent's StopPodSandbox for it returned. A sandbox the
+	// runtime reports not ready (its pause process died, or it was stopped
+	// by an earlier agent) still needs the stop: it may hold its network.
+	Stopped bool
+}
+
+// Reclaim is what the agent knows of a pod's resources on the node.
+type Reclaim struct {
+	// Done is Plan.Done: terminal, and no container running, starting or
+	// stopping.
+	Done bool
+	// Sandboxes are every sandbox the pod has on the node.
+	Sandboxes []SandboxRecord
+	// SandboxCreating: a sandbox is being made; it is not in Sandboxes yet.
+	SandboxCreating bool
+}
+
+// Reclaimed: the pod's termination is complete on the node.
+func (r Reclaim) Reclaimed() bool {
+	if !r.Done || r.SandboxCreating {
+		return false
+	}
+	for _, sb := range r.Sandboxes {
+		if !sb.Stopped {
+			return false
+		}
+	}
+	return true
+}
+
+// MayDelete says whether the agent may send the final delete of pod now: it
+// is being deleted through the API and its resources are reclaimed.
+func MayDelete(pod *v1.Pod, r Reclaim) bool {
+	return pod.DeletionTimestamp != nil && r.Reclaimed()
+}

@@ -1,0 +1,48 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestMayDelete(t *testing.T) {
+	deleting := newPod()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	running := newPod()
+	stopped := func(ids ...string) []SandboxRecord {
+		var out []SandboxRecord
+		for _, id := range ids {
+			out = append(out, SandboxRecord{ID: id, Stopped: true})
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		r    Reclaim
+		want bool
+	}{
+		{"done, its only sandbox stopped", deleting, Reclaim{Done: true, Sandboxes: stopped("a")}, true},
+		{"done, every sandbox stopped", deleting, Reclaim{Done: true, Sandboxes: stopped("a", "b")}, true},
+		{"done without a sandbox (none was ever made)", deleting, Reclaim{Done: true}, true},
+		{"containers still stopping", deleting, Reclaim{Done: false, Sandboxes: stopped("a")}, false},
+		{"the sandbox's stop has not returned yet", deleting,
+			Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a"}}}, false},
+		{"an old sandbox stopped, the newest not", deleting,
+			Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a", Stopped: true}, {ID: "b"}}}, false},
+		{"an old dead sandbox not stopped (its network may be held)", deleting,
+			Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a"}, {ID: "b", Stopped: true}}}, false},
+		{"a sandbox being made", deleting, Reclaim{Done: true, Sandboxes: stopped("a"), SandboxCreating: true}, false},
+		{"not being deleted: a finished pod stays", running, Reclaim{Done: true, Sandboxes: stopped("a")}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := MayDelete(tc.pod, tc.r); got != tc.want {
+				t.Errorf("MayDelete = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
