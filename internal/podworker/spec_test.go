@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/expansion"
@@ -109,5 +111,48 @@ func TestTerminationMessageFileAndFallbackToLogs(t *testing.T) {
 	os.WriteFile(file, []byte(big), 0o644)
 	if got := readTerminationMessage(st, true); len(got) != 4096 || !strings.HasSuffix(got, "END") {
 		t.Errorf("file over 4096 bytes: len %d, suffix %q", len(got), got[len(got)-3:])
+	}
+}
+
+// A log still empty right after a FallbackToLogsOnError container failed is
+// read again (the runtime may not have copied its last output yet) until
+// logSettle has passed; what was read then is kept.
+func TestTerminationMessageFromALogWrittenLate(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "0.log")
+	if err := os.WriteFile(logPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := v1.Container{Name: "c", TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError}
+	w := &worker{m: &Manager{cfg: Config{Clock: clk}}, messages: map[string]string{}, wake: make(chan struct{}, 1),
+		pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{c}}}}
+	st := runtime.Status{ID: "a", Name: "c", LogPath: logPath, ExitCode: 1, FinishedAt: clk.Now()}
+	if got := w.terminationMessage(st); got != "" {
+		t.Fatalf("empty log: %q", got)
+	}
+	if err := os.WriteFile(logPath, []byte("2026-01-01T00:00:00.000000000Z stdout P DONE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(logSettleRetry)
+	select {
+	case <-w.wake:
+	default:
+		t.Fatal("no status computed again after an empty log right after the exit")
+	}
+	if got := w.terminationMessage(st); got != "DONE" {
+		t.Fatalf("log written after the exit: %q, want DONE", got)
+	}
+	// Long after an exit, an empty log is the answer, and kept.
+	empty := filepath.Join(dir, "1.log")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := runtime.Status{ID: "b", Name: "c", LogPath: empty, ExitCode: 1, FinishedAt: clk.Now().Add(-time.Minute)}
+	if got := w.terminationMessage(old); got != "" {
+		t.Fatalf("empty log long after the exit: %q", got)
+	}
+	if _, kept := w.messages["b"]; !kept {
+		t.Fatal("an empty message long after the exit was not kept")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -33,9 +34,24 @@ func (w *worker) terminationMessage(s runtime.Status) string {
 		fallback = c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError
 	}
 	msg := readTerminationMessage(s, fallback)
+	if msg == "" && fallback && s.ExitCode != 0 && w.m.cfg.Clock.Since(s.FinishedAt) < logSettle {
+		// The runtime copies a container's output to its log on its own
+		// time: right after the exit, the last lines may not be there yet
+		// (seen under load on containerd). Read again shortly, as upstream
+		// reads the log at every status it computes.
+		w.m.cfg.Clock.AfterFunc(logSettleRetry, w.poke)
+		return msg
+	}
 	w.messages[s.ID] = msg
 	return msg
 }
+
+// logSettle is how long after an exit an empty log is read again for a
+// FallbackToLogsOnError message, every logSettleRetry.
+const (
+	logSettle      = 5 * time.Second
+	logSettleRetry = 250 * time.Millisecond
+)
 
 func readTerminationMessage(s runtime.Status, fallback bool) string {
 	fallback = fallback && s.ExitCode != 0

@@ -81,7 +81,13 @@ func TestContainersTerminationMessage(t *testing.T) {
 				c.SecurityContext = &v1.SecurityContext{RunAsUser: tc.user}
 			}
 			p.create(t, p.pod(ns, tc.name, v1.RestartPolicyNever, c))
-			pod := p.waitPod(t, ns, tc.name, 60*time.Second, "terminated", func(pod *v1.Pod) bool { return terminated(pod, "c") != nil })
+			// A message from the log may come a status later than the exit
+			// (the runtime copies output on its own time), as upstream reads
+			// the log anew for every status.
+			pod := p.waitPod(t, ns, tc.name, 60*time.Second, "terminated with the expected message", func(pod *v1.Pod) bool {
+				term := terminated(pod, "c")
+				return term != nil && term.ExitCode == tc.exit && term.Message == tc.want
+			})
 			term := terminated(pod, "c")
 			if term.ExitCode != tc.exit || term.Message != tc.want {
 				t.Errorf("terminated exit %d message %q, want exit %d message %q\n%s", term.ExitCode, term.Message, tc.exit, tc.want, describe(pod))
