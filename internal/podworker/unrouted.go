@@ -44,9 +44,18 @@ func (w *worker) waitUnrouted(ctx context.Context, pod *v1.Pod, container string
 	}
 	begin := w.m.cfg.Clock.Now()
 	still, err := w.m.cfg.Unrouter.WaitUnrouted(ctx, ips, max)
+	if err == nil && !still {
+		// Connections the proxy sent before are answered first.
+		if drain := min(lifecycle.UnroutedDrain, max-w.m.cfg.Clock.Since(begin)); drain > 0 {
+			select {
+			case <-w.m.cfg.Clock.After(drain):
+			case <-ctx.Done():
+			}
+		}
+	}
 	took := w.m.cfg.Clock.Since(begin)
 	e := timeline.Entry{Kind: timeline.KindSignal, Container: container, State: "unrouted",
-		Message: fmt.Sprintf("the service proxy sends no new connection here; waited %v", took.Round(time.Millisecond))}
+		Message: fmt.Sprintf("the service proxy sends no new connection here; waited %v (%v of it for connections already made)", took.Round(time.Millisecond), lifecycle.UnroutedDrain)}
 	switch {
 	case err != nil:
 		e.State, e.Message = "unrouted unknown", fmt.Sprintf("the service proxy's rules could not be read (%v); waited %v", err, took.Round(time.Millisecond))
