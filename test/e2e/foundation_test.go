@@ -273,7 +273,7 @@ func TestConfigWarnsOnce(t *testing.T) {
 	processRuntimeOnly(t)
 	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 42\nimageGCHighThresholdPercent: 90\nstaticPodPath: /etc/kubernetes/manifests\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nmaxPods: 42\nregistryPullQPS: 3\nstaticPodPath: /etc/kubernetes/manifests\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := NewPodvisor(t, "--config", cfg)
@@ -286,8 +286,8 @@ func TestConfigWarnsOnce(t *testing.T) {
 		t.Errorf("capacity pods = %s, want 42 from maxPods", pods.String())
 	}
 	warn := p.Stderr()
-	if strings.Count(warn, "\n") != 1 || !strings.Contains(warn, "imageGCHighThresholdPercent, staticPodPath") {
-		t.Errorf("stderr = %q, want one warning line naming imageGCHighThresholdPercent, staticPodPath", warn)
+	if strings.Count(warn, "\n") != 1 || !strings.Contains(warn, "registryPullQPS, staticPodPath") {
+		t.Errorf("stderr = %q, want one warning line naming registryPullQPS, staticPodPath", warn)
 	}
 }
 
