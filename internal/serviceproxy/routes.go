@@ -50,7 +50,7 @@ func (r *Routing) WaitUnrouted(ctx context.Context, ips []netip.Addr, max time.D
 	}
 	deadline := time.Now().Add(max)
 	for {
-		still, err = routesTo(ctx, mode, ips)
+		still, err = RoutesTo(ctx, mode, ips...)
 		if err != nil || !still || !time.Now().Add(pollEvery).Before(deadline) {
 			return still, err
 		}
@@ -65,10 +65,6 @@ func (r *Routing) WaitUnrouted(ctx context.Context, ips []netip.Addr, max time.D
 // RoutesTo reads the rules of mode's backend and reports whether one sends
 // new connections to any of ips.
 func RoutesTo(ctx context.Context, mode Mode, ips ...netip.Addr) (bool, error) {
-	return routesTo(ctx, mode, ips)
-}
-
-func routesTo(ctx context.Context, mode Mode, ips []netip.Addr) (bool, error) {
 	for _, family := range []struct {
 		v6        bool
 		nft, save []string
