@@ -22,7 +22,8 @@ const (
 )
 
 // leafStems are the leaf certificates Ensure issues (pki/<stem>.crt).
-var leafStems = []string{"apiserver", "apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "kube-proxy", "node", "agent-serving"}
+var leafStems = []string{"apiserver", "apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "kube-proxy",
+	metricsServer, metricsServerServing, frontProxyClient, "node", "agent-serving"}
 
 // NeedsRenewal reports whether a leaf certificate is due to be re-issued at
 // now: within RenewBefore of its expiry, expired, or not yet valid (a clock
@@ -67,9 +68,15 @@ func RotateCertificates(dataDir string) ([]string, error) {
 		if !ok {
 			continue
 		}
+		issuer, issuerKey := ca, signer
+		if stem == frontProxyClient { // the aggregation layer's CA signs it
+			if issuer, issuerKey, err = loadPair(p.Path(frontProxyCACert), p.Path(frontProxyCAKey)); err != nil {
+				return done, fmt.Errorf("front-proxy certificate authority in %s: %w", p.Dir, err)
+			}
+		}
 		tmpl := &x509.Certificate{Subject: old.Subject, ExtKeyUsage: old.ExtKeyUsage,
 			DNSNames: old.DNSNames, IPAddresses: old.IPAddresses}
-		if err := p.issueLeaf(ca, signer, tmpl, stem); err != nil {
+		if err := p.issueLeaf(issuer, issuerKey, tmpl, stem); err != nil {
 			return done, fmt.Errorf("certificate %s: %w", p.Path(stem+".crt"), err)
 		}
 		done = append(done, p.Path(stem+".crt"))

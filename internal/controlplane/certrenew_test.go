@@ -91,7 +91,7 @@ func TestRotateCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := map[string]*x509.Certificate{}
-	for _, stem := range append([]string{"ca"}, leafStems...) {
+	for _, stem := range append([]string{"ca", "front-proxy-ca"}, leafStems...) {
 		c, err := loadCert(p.Path(stem + ".crt"))
 		if err != nil {
 			t.Fatal(err)
@@ -111,15 +111,22 @@ func TestRotateCertificates(t *testing.T) {
 			t.Fatal(err)
 		}
 		same := c.SerialNumber.Cmp(old.SerialNumber) == 0
-		if stem == "ca" && !same {
-			t.Errorf("CA re-issued")
+		isCA := stem == "ca" || stem == "front-proxy-ca"
+		if isCA && !same {
+			t.Errorf("%s re-issued", stem)
 		}
-		if stem != "ca" && (same || c.Subject.String() != old.Subject.String() || len(c.DNSNames) != len(old.DNSNames)) {
+		if !isCA && (same || c.Subject.String() != old.Subject.String() || len(c.DNSNames) != len(old.DNSNames)) {
 			t.Errorf("%s: serial kept %v, subject %q (was %q), names %v (were %v)", stem, same, c.Subject, old.Subject, c.DNSNames, old.DNSNames)
 		}
-		if stem != "ca" {
-			if err := c.CheckSignatureFrom(before["ca"]); err != nil {
-				t.Errorf("%s not signed by the CA: %v", stem, err)
+		// Aggregated API servers trust the front-proxy client only
+		// through the front-proxy CA.
+		issuer := "ca"
+		if stem == frontProxyClient {
+			issuer = "front-proxy-ca"
+		}
+		if !isCA {
+			if err := c.CheckSignatureFrom(before[issuer]); err != nil {
+				t.Errorf("%s not signed by %s: %v", stem, issuer, err)
 			}
 		}
 	}

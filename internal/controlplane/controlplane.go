@@ -88,6 +88,17 @@ func KubeProxyKubeconfig(dataDir string) string {
 }
 func PKIDir(dataDir string) string { return filepath.Join(dataDir, "pki") }
 
+// MetricsServerKubeconfig holds the embedded metrics-server's credentials
+// (system:metrics-server), with which it also scrapes the nodes.
+func MetricsServerKubeconfig(dataDir string) string { return kubeconfigPath(dataDir, metricsServer) }
+
+// MetricsServerServing are the embedded metrics-server's serving
+// certificate and key (signed by the cluster CA, named for its Service).
+func MetricsServerServing(dataDir string) (crt, key string) {
+	p := PKI{Dir: PKIDir(dataDir)}
+	return p.Path(metricsServerServing + ".crt"), p.Path(metricsServerServing + ".key")
+}
+
 // Prepare creates the PKI and kubeconfigs; it is idempotent.
 func Prepare(cfg Config) error {
 	p := PKI{Dir: PKIDir(cfg.DataDir)}
@@ -115,6 +126,7 @@ func Prepare(cfg Config) error {
 		AdminKubeconfig(cfg.DataDir):                      "admin",
 		kubeconfigPath(cfg.DataDir, "controller-manager"): "controller-manager",
 		kubeconfigPath(cfg.DataDir, "scheduler"):          "scheduler",
+		MetricsServerKubeconfig(cfg.DataDir):              metricsServer,
 	}
 	if cfg.NodeName != "" {
 		kubeconfigs[NodeKubeconfig(cfg.DataDir)] = "node"
@@ -307,6 +319,20 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--profiling=false",
 		// Nodes join with bootstrap tokens (internal/bootstrap).
 		"--enable-bootstrap-token-auth=true",
+		// The aggregation layer (metrics.k8s.io from the embedded
+		// metrics-server): the API server proxies with the front-proxy
+		// client certificate, which aggregated servers trust through the
+		// requestheader CA it publishes (kubeadm's settings); it dials the
+		// endpoints of an APIService's Service itself, so no service proxy
+		// is needed on the control plane's machine (podvisor server has none).
+		"--requestheader-client-ca-file=" + p.Path(frontProxyCACert),
+		"--requestheader-allowed-names=" + frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.Path(frontProxyClient+".crt"),
+		"--proxy-client-key-file=" + p.Path(frontProxyClient+".key"),
+		"--enable-aggregator-routing=true",
 	}
 	if c.HostIP != nil {
 		args = append(args, "--advertise-address="+c.HostIP.String())

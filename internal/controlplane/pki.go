@@ -48,7 +48,23 @@ const (
 	saPub             = "service-account.pub"
 	kubeletClientCert = "apiserver-kubelet-client.crt"
 	kubeletClientKey  = "apiserver-kubelet-client.key"
+	// The aggregation layer's own CA, as kubeadm's: aggregated API servers
+	// (metrics-server) trust requests carrying X-Remote-User only from a
+	// client certificate of this CA, so no certificate the cluster CA signs
+	// for a node or a user can impersonate anyone through them.
+	frontProxyCACert = "front-proxy-ca.crt"
+	frontProxyCAKey  = "front-proxy-ca.key"
+	frontProxyClient = "front-proxy-client"
+	// metricsServer and metricsServerServing are the embedded
+	// metrics-server's client identity (system:metrics-server, for the API
+	// and the nodes' agent APIs) and its serving certificate.
+	metricsServer        = "metrics-server"
+	metricsServerServing = "metrics-server-serving"
 )
+
+// MetricsServerServiceDNS is the name the aggregator checks the embedded
+// metrics-server's serving certificate against (its Service's).
+const MetricsServerServiceDNS = "metrics-server.kube-system.svc"
 
 // Path returns the absolute path of a file in the PKI directory.
 func (p PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
@@ -64,8 +80,13 @@ type certSpec struct {
 }
 
 func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
-	if exists(p.Path(caCert)) && exists(p.Path(caKey)) {
-		return loadPair(p.Path(caCert), p.Path(caKey))
+	return p.ensureCAFiles(caCert, caKey, "podvisor-ca")
+}
+
+// ensureCAFiles loads the CA in crtName and keyName, or makes one named cn.
+func (p PKI) ensureCAFiles(crtName, keyName, cn string) (*x509.Certificate, crypto.Signer, error) {
+	if exists(p.Path(crtName)) && exists(p.Path(keyName)) {
+		return loadPair(p.Path(crtName), p.Path(keyName))
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -74,7 +95,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 	now := p.now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "podvisor-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -86,7 +107,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 		return nil, nil, err
 	}
 	cert, _ := x509.ParseCertificate(der)
-	if err := writePair(p.Path(caCert), p.Path(caKey), der, key); err != nil {
+	if err := writePair(p.Path(crtName), p.Path(keyName), der, key); err != nil {
 		return nil, nil, err
 	}
 	return cert, key, nil
@@ -182,6 +203,11 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 		// The service proxy's own identity: the API server's default
 		// system:node-proxier binding names this user.
 		{name: "kube-proxy", cn: "system:kube-proxy", usages: client},
+		// The embedded metrics-server: bound to its roles by name
+		// (internal/metricsserver), served under its Service's name.
+		{name: metricsServer, cn: "system:metrics-server", usages: client},
+		{name: metricsServerServing, cn: "metrics-server", usages: server, ips: ips,
+			dns: []string{MetricsServerServiceDNS, "metrics-server.kube-system", "localhost"}},
 	}
 	if nodeName != "" { // podvisor server runs no node agent
 		specs = append(specs,
@@ -192,6 +218,13 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 		if err := p.ensureLeaf(ca, signer, s); err != nil {
 			return fmt.Errorf("certificate %s: %w", s.name, err)
 		}
+	}
+	fpCA, fpSigner, err := p.ensureCAFiles(frontProxyCACert, frontProxyCAKey, "podvisor-front-proxy-ca")
+	if err != nil {
+		return fmt.Errorf("front-proxy certificate authority: %w", err)
+	}
+	if err := p.ensureLeaf(fpCA, fpSigner, certSpec{name: frontProxyClient, cn: frontProxyClient, usages: client}); err != nil {
+		return fmt.Errorf("certificate %s: %w", frontProxyClient, err)
 	}
 	return p.ensureServiceAccountKey()
 }
