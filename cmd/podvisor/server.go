@@ -44,6 +44,7 @@ func serverFlags(o *up.ServerOptions, sans *string) *flag.FlagSet {
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
 	clusterDNSFlags(fs, &o.ClusterDNS)
 	localStorageFlags(fs, &o.LocalStorage, false)
+	metricsServerFlags(fs, &o.MetricsServer)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs
 }

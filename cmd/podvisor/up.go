@@ -36,6 +36,7 @@ func upFlags(o *up.Options) *flag.FlagSet {
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
 	clusterDNSFlags(fs, &o.ClusterDNS)
 	localStorageFlags(fs, &o.LocalStorage, true)
+	metricsServerFlags(fs, &o.MetricsServer)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs
 }

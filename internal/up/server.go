@@ -41,6 +41,9 @@ type ServerOptions struct {
 	// LocalStorage: the server makes the local-path StorageClass unless
 	// disabled (the nodes provision).
 	LocalStorage LocalStorageOptions
+	// MetricsServer: the server runs the cluster's metrics-server, which
+	// scrapes every node.
+	MetricsServer MetricsServerOptions
 }
 
 // RunServer starts the control plane and blocks until ctx ends.
@@ -78,6 +81,9 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	if err := checkPort(bind, o.APIPort, "--api-port"); err != nil {
 		return err
 	}
+	if err := checkMetricsServerPort(o.MetricsServer, advertise); err != nil {
+		return err
+	}
 	if err := saveWithEtcdPorts(&st, dir, o.EtcdClientPort, o.EtcdPeerPort); err != nil {
 		return err
 	}
@@ -112,6 +118,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	}
 	publishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
 	publishLocalStorage(ctx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
+	startMetricsServer(ctx, o.MetricsServer, log, dir, advertise)
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
 	notifyReady(log, notify, "control plane is ready")

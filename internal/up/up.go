@@ -63,6 +63,8 @@ type Options struct {
 	SecretsEncryption bool
 	// LocalStorage is the built-in local-path provisioner.
 	LocalStorage LocalStorageOptions
+	// MetricsServer is the embedded metrics-server (kubectl top).
+	MetricsServer MetricsServerOptions
 }
 
 // Run starts podvisor and blocks until ctx ends, then stops everything.
@@ -98,6 +100,10 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
 		return err
 	}
+	hostIP := node.HostIP()
+	if err := checkMetricsServerPort(o.MetricsServer, hostIP); err != nil {
+		return err
+	}
 	if err := saveWithEtcdPorts(&st, dir, o.EtcdClientPort, o.EtcdPeerPort); err != nil {
 		return err
 	}
@@ -114,7 +120,6 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	if kc, err = withClusterDNS(kc, o.ClusterDNS); err != nil {
 		return err
 	}
-	hostIP := node.HostIP()
 	cp, err := controlplane.Start(ctx, controlplane.Config{
 		DataDir: dir, APIPort: o.APIPort, NodeName: o.NodeName, HostIP: hostIP, BindAddress: apiBindAddress(hostIP),
 		EtcdClientPort: st.EtcdClientPort, EtcdPeerPort: st.EtcdPeerPort,
@@ -145,6 +150,7 @@ func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// RBAC that lets other nodes publish their DNS.
 	startClusterDNS(actx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir), o.NodeName, hostIP, kc, dir, true)
 	publishLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
+	startMetricsServer(actx, o.MetricsServer, log, dir, hostIP)
 	startLocalStorage(actx, o.LocalStorage, log, datadir.AdminKubeconfig(dir), o.NodeName, dir)
 	adminCfg, err := clientcmd.BuildConfigFromFlags("", datadir.AdminKubeconfig(dir))
 	if err != nil {
