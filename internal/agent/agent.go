@@ -42,6 +42,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/podsource"
+	"github.com/podvisor/podvisor/internal/podstartup"
 	"github.com/podvisor/podvisor/internal/podworker"
 	"github.com/podvisor/podvisor/internal/probe"
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -173,6 +174,8 @@ func New(cfg Config) (*Agent, error) {
 	var recorder record.EventRecorder = timeline.Events{
 		Next: a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), Rec: a.timeline}
 
+	// The kubelet's pod start-up histograms on /metrics (podstartup).
+	startup := podstartup.New(clock.RealClock{})
 	var source *podsource.Source
 	a.status = status.New(client, func(uid types.UID) (*v1.Pod, bool) {
 		if source == nil {
@@ -180,6 +183,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 		return source.Get(uid)
 	}, cfg.Log)
+	a.status.OnWritten = startup.StatusWritten
 
 	lc := lifecycle.DefaultConfig()
 	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
@@ -199,7 +203,8 @@ func New(cfg Config) (*Agent, error) {
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
 		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(), Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}),
-		Status: &timeline.Statuses{Next: a.status, Rec: a.timeline}, Recorder: recorder, Client: client,
+		Status:    startupStatuses{StatusWriter: &timeline.Statuses{Next: a.status, Rec: a.timeline}, startup: startup},
+		PullTimes: startup, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
 		DNS:      podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
 		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
@@ -216,13 +221,14 @@ func New(cfg Config) (*Agent, error) {
 	if a.imageGC, err = a.newImageGC(recorder); err != nil {
 		return nil, err
 	}
-	source, err = podsource.New(client, cfg.NodeName, a.workers)
+	source, err = podsource.New(client, cfg.NodeName, watchedPods{Handler: a.workers, startup: startup})
 	if err != nil {
 		return nil, err
 	}
 	a.source = source
 
 	a.metrics = prometheus.NewRegistry()
+	a.metrics.MustRegister(startup.Collectors()...)
 	a.shutdown, err = shutdown.New(shutdown.Config{
 		Bands: shutdown.Bands(cfg.Kubelet), Pods: a.workers, Node: a.node, Recorder: recorder,
 		NodeName: cfg.NodeName, StateFile: filepath.Join(agentDir, shutdown.StateFileName),

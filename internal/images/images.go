@@ -15,6 +15,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
@@ -34,6 +35,17 @@ type Config struct {
 	// maxParallelImagePulls).
 	ParallelPulls int
 	Log           *slog.Logger // nil: slog.Default()
+	// PullTimes, when set, is told when each pull for a pod starts and
+	// when one succeeds (the pod start-up SLI leaves pulls out).
+	PullTimes PullTimes
+}
+
+// PullTimes hears of pulls as the kubelet's pod startup latency tracker
+// does: a start at the Pulling event, a finish just before Pulled; a
+// failed pull is never finished.
+type PullTimes interface {
+	PullStarted(pod types.UID)
+	PullFinished(pod types.UID)
 }
 
 // Manager ensures containers' images. Safe for concurrent use.
@@ -173,6 +185,9 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 		}
 		return runtime.Image{}, &Failure{ReasonImagePullBackOff, msg}
 	}
+	if m.cfg.PullTimes != nil {
+		m.cfg.PullTimes.PullStarted(pod.UID)
+	}
 	m.event(req, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
 	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
@@ -184,6 +199,9 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
 	}
 	log.Info("pulled image", "id", img.ID, "took", took, "size", img.Size)
+	if m.cfg.PullTimes != nil {
+		m.cfg.PullTimes.PullFinished(pod.UID)
+	}
 	m.event(req, v1.EventTypeNormal, EventPulled, pulledMessage(image, took, m.cfg.Clock.Since(start), img.Size))
 	m.backOff.succeeded()
 	return img, nil

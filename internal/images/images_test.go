@@ -445,3 +445,30 @@ func TestImageVolumeIsEnsuredLikeAContainerImage(t *testing.T) {
 		t.Errorf("a container's events are about %+v, want its field path", o)
 	}
 }
+
+// pullLog records what a PullTimes hears.
+type pullLog []string
+
+func (l *pullLog) PullStarted(uid types.UID)  { *l = append(*l, "started "+string(uid)) }
+func (l *pullLog) PullFinished(uid types.UID) { *l = append(*l, "finished "+string(uid)) }
+
+// The pod start-up SLI hears of each pull: a start, and a finish only when
+// it succeeds; a present image is no pull.
+func TestPullTimesHearOfPulls(t *testing.T) {
+	f := newFixture(t)
+	var log pullLog
+	f.m.cfg.PullTimes = &log
+	f.store.AddRemote("busybox:latest", busybox, nil)
+	if _, fail := f.ensure(t, request("u1", "busybox", v1.PullIfNotPresent)); fail != nil {
+		t.Fatal(fail)
+	}
+	if _, fail := f.ensure(t, request("u2", "busybox", v1.PullIfNotPresent)); fail != nil { // present now
+		t.Fatal(fail)
+	}
+	if _, fail := f.ensure(t, request("u3", "nosuch:1", "")); fail == nil {
+		t.Fatal("pulled an image no registry has")
+	}
+	if want := (pullLog{"started u1", "finished u1", "started u3"}); !reflect.DeepEqual(log, want) {
+		t.Errorf("heard %q, want %q", log, want)
+	}
+}

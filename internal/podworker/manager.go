@@ -58,11 +58,13 @@ type Config struct {
 	Allocatable        func() v1.ResourceList
 	// Node returns this node as the API has it (labels, taints, allocatable)
 	// for admission; nil: admission knows only Allocatable.
-	Node      func() (*v1.Node, error)
-	Runtime   runtime.Runtime
-	Prober    Prober     // nil: no probes run
-	Hooks     HookRunner // nil: hooks are not run
-	Status    StatusWriter
+	Node    func() (*v1.Node, error)
+	Runtime runtime.Runtime
+	Prober  Prober     // nil: no probes run
+	Hooks   HookRunner // nil: hooks are not run
+	Status  StatusWriter
+	// PullTimes hears of image pulls (the pod start-up SLI); nil: none.
+	PullTimes images.PullTimes
 	Recorder  record.EventRecorder
 	Client    kubernetes.Interface // ConfigMaps, Secrets for containers' env
 	Clock     clock.WithDelayedExecution
@@ -150,7 +152,7 @@ func New(cfg Config) (*Manager, error) {
 			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
 		}
 		var err error
-		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls}); err != nil {
+		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls, PullTimes: cfg.PullTimes}); err != nil {
 			return nil, err
 		}
 	}

@@ -57,6 +57,9 @@ type Manager struct {
 	pending map[types.UID]*entry
 	// OnDeleted, if set, is called after the agent deleted a finished pod object.
 	OnDeleted func(uid types.UID)
+	// OnWritten, if set, is called with the pod the API returned for each
+	// status it accepted (the pod start-up SLI).
+	OnWritten func(pod *v1.Pod)
 }
 
 type entry struct {
@@ -157,7 +160,10 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 		if !apiequality.Semantic.DeepEqual(cur.Status, merged) {
 			upd := cur.DeepCopy()
 			upd.Status = merged
-			_, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+			written, err := pods.UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+			if err == nil && m.OnWritten != nil {
+				m.OnWritten(written)
+			}
 			if apierrors.IsInvalid(err) {
 				// Refused now, refused on every retry: said, and not retried.
 				// A finished pod is deleted all the same: the API keeps the
