@@ -19,6 +19,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // agentAPI is an HTTPS client of a podvisor's agent API that trusts the
@@ -35,6 +37,23 @@ func agentAPI(t *testing.T, p *Podvisor) (*http.Client, string) {
 	host := nodeInternalIP(t, p.Admin, p.NodeName)
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
 		fmt.Sprintf("https://%s", net.JoinHostPort(host, fmt.Sprint(p.Agent)))
+}
+
+// agentAPIAs is agentAPI presenting a client certificate of the cluster
+// CA for user cn in system:masters.
+func agentAPIAs(t *testing.T, p *Podvisor, cn string) (*http.Client, string) {
+	t.Helper()
+	client, base := agentAPI(t, p)
+	certPEM, keyPEM, err := controlplane.PKI{Dir: controlplane.PKIDir(p.DataDir)}.IssueClient(cn, []string{"system:masters"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	return client, base
 }
 
 // nodeInternalIP is the node's address as the API server reaches it (and

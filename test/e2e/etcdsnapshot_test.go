@@ -147,7 +147,7 @@ func TestEtcdSnapshotSaveAndRestore(t *testing.T) {
 func upArgs(p *Podvisor) []string {
 	return []string{"up", "--data-dir", p.DataDir, "--api-port", itoa(p.APIPort), "--agent-port", itoa(p.Agent),
 		"--node-name", p.NodeName, "--etcd-client-port", itoa(p.etcdPorts[0]), "--etcd-peer-port", itoa(p.etcdPorts[1]),
-		"--runtime", p.Runtime}
+		"--runtime", p.Runtime, "--disable-metrics-server"}
 }
 
 func dirListing(t *testing.T, dir string) string {

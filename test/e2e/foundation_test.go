@@ -204,7 +204,7 @@ func expectOneLineFailure(t *testing.T, want string, args ...string) {
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	baseArgs := func(dir string, api, agent int) []string {
-		return []string{"up", "--data-dir", dir, "--api-port", itoa(api), "--agent-port", itoa(agent), "--runtime", "process"}
+		return []string{"up", "--data-dir", dir, "--api-port", itoa(api), "--agent-port", itoa(agent), "--runtime", "process", "--disable-metrics-server"}
 	}
 	t.Run("api port in use", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

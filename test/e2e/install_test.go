@@ -114,7 +114,7 @@ func TestInstallUnderSystemd(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	args := []string{"install", "up", "--data-dir", data, "--api-port", itoa(freePort(t)), "--agent-port", itoa(freePort(t)),
 		"--etcd-client-port", itoa(freePort(t)), "--etcd-peer-port", itoa(freePort(t)), "--node-name", "installed",
-		"--runtime", "process"}
+		"--runtime", "process", "--disable-metrics-server"}
 	out, stderr, code := runPodvisor(t, 5*time.Minute, args...)
 	t.Cleanup(func() { runPodvisor(t, 5*time.Minute, "uninstall", "--remove-data") })
 	if code != 0 {

@@ -268,7 +268,7 @@ func (l *netLab) startServer(t *testing.T, dataDir, clusterCIDR string, extra ..
 	args := append([]string{"server", "--data-dir", dataDir, "--api-port", fmt.Sprint(freePort(t)),
 		"--bind-address", "0.0.0.0", "--advertise-address", l.gateway.String(),
 		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
-		"--cluster-cidr", clusterCIDR}, extra...)
+		"--cluster-cidr", clusterCIDR, "--metrics-server-port", fmt.Sprint(freePort(t))}, extra...)
 	var d *labDaemon
 	t.Cleanup(func() {
 		d.Stop()

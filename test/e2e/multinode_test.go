@@ -253,6 +253,9 @@ func TestMultiNode(t *testing.T) {
 		}
 	})
 
+	// The server's metrics-server scrapes every joined node's agent API.
+	t.Run("kubectl top node shows every node", func(t *testing.T) { waitTopNodes(t, cp, nodes...) })
+
 	t.Run("Services and names reach pods on every node", func(t *testing.T) {
 		servicesAcrossNodes(t, cp, lab, ns, nodes, byNode)
 	})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -18,8 +17,6 @@ import (
 	"github.com/prometheus/common/model"
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
-
-	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // hostCgroup is the directory of hierarchy ctrl ("memory", "cpuacct"; ""
@@ -112,16 +109,7 @@ func TestStatsSummaryAndResourceMetrics(t *testing.T) {
 		return ws >= 64<<20, fmt.Errorf("working set %d", ws)
 	})
 
-	client, base := agentAPI(t, p)
-	certPEM, keyPEM, err := controlplane.PKI{Dir: controlplane.PKIDir(p.DataDir)}.IssueClient("e2e-stats", []string{"system:masters"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{cert}
+	client, base := agentAPIAs(t, p, "e2e-stats")
 	get := func(path string) string {
 		t.Helper()
 		code, body := getBearer(t, client, base+path, "")
