@@ -94,11 +94,14 @@ type Timeline interface {
 	Record(pod timeline.Pod, entries ...timeline.Entry)
 }
 
-// PodCgroups makes a pod's cgroup with its limits, and removes it
-// (podcgroup.Manager).
+// PodCgroups makes a pod's cgroup with its limits, counts its processes,
+// and removes it (podcgroup.Manager).
 type PodCgroups interface {
 	Ensure(parent string, l podcgroup.Limits) error
 	Remove(parent string) error
+	// Processes counts the tasks in the cgroup; an error for one that is
+	// gone.
+	Processes(parent string) (int64, error)
 }
 
 // DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and
