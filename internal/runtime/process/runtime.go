@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/eventqueue"
 	"github.com/podvisor/podvisor/internal/version"
 )
 
@@ -69,7 +70,7 @@ type Runtime struct {
 	noCg      bool // Config.NoCgroups
 	hostIPs   []string
 	mon       *monitor
-	events    *eventQueue
+	events    *eventqueue.Queue
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: nobody announces exits any more
 
@@ -120,7 +121,7 @@ func New(cfg Config) (*Runtime, error) {
 		log:       cfg.Log,
 		noCg:      cfg.NoCgroups,
 		hostIPs:   cfg.HostIPs,
-		events:    newEventQueue(),
+		events:    eventqueue.New(),
 		watched:   map[string]chan struct{}{},
 		starting:  map[string]bool{},
 		sandboxOf: map[string]string{},
@@ -128,7 +129,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	mon, err := newMonitor(r.shimExited)
 	if err != nil {
-		r.events.close()
+		r.events.Close()
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	r.mon = mon
@@ -156,7 +157,7 @@ func (r *Runtime) Close() {
 	r.closeOnce.Do(func() {
 		close(r.closed)
 		r.mon.close()
-		r.events.close()
+		r.events.Close()
 	})
 }
 
@@ -164,7 +165,7 @@ func (r *Runtime) Close() {
 // StateExited event when it exited (StartError included), in that order for
 // one instance. The agent must keep receiving; events queue meanwhile and are
 // never dropped. Exits of instances re-adopted by New are delivered too.
-func (r *Runtime) Events() <-chan runtime.Event { return r.events.out }
+func (r *Runtime) Events() <-chan runtime.Event { return r.events.Out() }
 
 func (r *Runtime) dir(id string) (instanceDir, error) {
 	if !validID(id) {
