@@ -46,7 +46,7 @@ type ContainerSpec struct {
 	// the running instance whose PID namespace it joins.
 	TargetID string `json:",omitempty"`
 	// Image is the image reference to run; empty for a runtime without
-	// images (Features.Images false).
+	// images (Set.Images nil).
 	Image string `json:",omitempty"`
 	// Command and Args, already expanded, with Kubernetes' override rules
 	// left to the runtime: an empty Command means the image's entrypoint,
@@ -75,7 +75,7 @@ type ContainerSpec struct {
 	User *Credential `json:",omitempty"`
 	// Stdin keeps the main process's stdin open for attach; StdinOnce
 	// closes it when the first attach session ends; TTY runs it on a
-	// pseudo-terminal. Only a runtime with Features.Stdin honours them.
+	// pseudo-terminal. Only a runtime with Set.Streams (attach) honours them.
 	Stdin     bool `json:",omitempty"`
 	StdinOnce bool `json:",omitempty"`
 	TTY       bool `json:",omitempty"`
@@ -118,7 +118,7 @@ type Mount struct {
 	ReadOnly      bool
 	// Image, instead of HostPath, is the ID of an image the runtime has,
 	// whose filesystem it mounts read-only at ContainerPath (CRI
-	// Mount.image); only a runtime with Features.Images honours it.
+	// Mount.image); only a runtime with Set.Images honours it.
 	// ImageName is the reference as the pod spec writes it; ImageSubPath, a
 	// directory inside the image to mount instead of its root.
 	Image        string `json:",omitempty"`
@@ -149,19 +149,19 @@ type Credential struct {
 	StrictGroups bool `json:",omitempty"`
 }
 
-// Features says what a runtime can honour.
+// Features are properties of how a runtime's containers and sandboxes
+// honour their specs, not capabilities: every runtime has Containers and
+// Sandboxes, and these say whether a field of ContainerSpec or SandboxSpec
+// takes effect on this one (the process runtime honours mounts, limits and
+// users only as root, limits only with cgroups). A concern a runtime lacks
+// altogether is a nil field of Set instead (Images, Streams, Logs).
 type Features struct {
 	Mounts bool // ContainerSpec.Mounts (a private mount namespace)
 	Limits bool // ContainerSpec.Resources
 	Users  bool // ContainerSpec.User
-	// Images: the runtime runs ContainerSpec.Image and implements Images;
-	// without, a container is ContainerSpec.Command run on the host.
-	Images bool
 	// PodNetwork: a sandbox that is not HostNetwork gets its own network
 	// namespace and IP; without, every pod is on the host's network.
 	PodNetwork bool
-	// Stdin: ContainerSpec.Stdin, StdinOnce and TTY, and attach.
-	Stdin bool
 	// Security: ContainerSpec.Security and the sandbox's namespaces and
 	// sysctls are honoured; without, containers run with the runtime's
 	// own (the host's) privileges.
@@ -217,15 +217,9 @@ type Event struct {
 	Sandbox bool `json:",omitempty"`
 }
 
-// Runtime runs pod sandboxes and containers. All methods are safe for
-// concurrent use. Errors are wrapped in the classes of errors.go.
-type Runtime interface {
-	Info(ctx context.Context) (Info, error)
-	// Features says what the runtime honours, so that the agent refuses a
-	// container it cannot run as specified, with a clear reason, instead
-	// of running it differently.
-	Features() Features
-	Sandboxes
+// Containers create, run and stop container instances. All methods are
+// safe for concurrent use. Errors are wrapped in the classes of errors.go.
+type Containers interface {
 	// Create prepares an instance; it does not run anything.
 	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
 	// Start runs the instance's process in its own process group under a shim
@@ -242,14 +236,6 @@ type Runtime interface {
 	// List returns every instance the runtime knows, including ones started by
 	// an earlier agent process (re-adopted).
 	List(ctx context.Context) ([]Status, error)
-	// Exec runs cmd in the container's context (its env, working dir and, when
-	// available, namespaces and cgroup), killing it after timeout.
-	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
-	// Events delivers state changes (start, exit) of every instance, and
-	// the stop of a sandbox the agent did not stop itself.
-	Events() <-chan Event
-	// Usage measures what a container uses now, for eviction.
-	Usage(ctx context.Context, id string) (Usage, error)
 	// UpdateResources changes the cgroup limits of an instance in place
 	// (in-place pod resize), without restarting it: a running instance's
 	// cgroups at once, a created one's when it starts. A zero field leaves
@@ -257,6 +243,20 @@ type Runtime interface {
 	// instance is ErrConflict. On a runtime without Features.Limits it
 	// records the values and enforces nothing, as at Create.
 	UpdateResources(ctx context.Context, id string, r Resources) error
+}
+
+// Executor runs commands in running containers and waits for them (probes,
+// hooks, the agent API's /run); interactive sessions are Streamer's.
+type Executor interface {
+	// Exec runs cmd in the container's context (its env, working dir and, when
+	// available, namespaces and cgroup), killing it after timeout.
+	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
+}
+
+// Stats measure containers.
+type Stats interface {
+	// Usage measures what a container uses now, for eviction and resize.
+	Usage(ctx context.Context, id string) (Usage, error)
 }
 
 // Usage is what one container uses (CRI's ContainerStats); a measure the
@@ -278,7 +278,7 @@ type Usage struct {
 	WritableInodes int64
 }
 
-// LogReopener is a runtime whose container logs can be rotated: the agent
+// LogReopener is what a runtime whose container logs can be rotated has: the agent
 // renames a running container's LogPath, then ReopenContainerLog makes the
 // writer of that log open LogPath anew (CRI's ReopenContainerLog) and
 // returns once it did. A container that is not running is ErrConflict.
