@@ -407,13 +407,11 @@ func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 }
 
 // exec runs a command in a container for probes and hooks, with its combined
-// output (bounded) and a timeout the probe package recognises.
+// output (bounded); a timeout is of class runtime.ErrTimeout, which the
+// probe package recognises.
 func (a *Agent) exec(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, error) {
 	out := &limitedBuffer{max: 10 << 10}
 	code, err := a.runtime.Exec.Exec(ctx, id, cmd, out, out, timeout)
-	if runtime.IsTimeout(err) && ctx.Err() == nil {
-		err = fmt.Errorf("%w: %w", probe.ErrTimeout, err)
-	}
 	return out.Bytes(), code, err
 }
 
