@@ -35,7 +35,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	}
 	if (c.Stdin || c.TTY) && w.m.cfg.Runtime.Streams == nil { // nobody could attach to it
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf(
-			"container %q: stdin and tty need a runtime that keeps a container's stdin (the process runtime does not: use --runtime=containerd)", c.Name)}
+			"container %q: stdin and tty need a runtime that can attach to a container's main process, and this one has no interactive sessions", c.Name)}
 	}
 	if !features.Security {
 		if what := podsecurity.Unenforceable(pod, c); what != "" {
