@@ -200,7 +200,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
-		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(), Allocatable: a.allocatable, Node: a.getNode,
+		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(),
+		ImagePullRecordsDir: filepath.Join(agentDir, "image_manager"), ImageVerification: cfg.Kubelet.ImageVerification, Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}),
 		Status: &timeline.Statuses{Next: a.status, Rec: a.timeline}, Recorder: recorder, Client: client,
 		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,

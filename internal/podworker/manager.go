@@ -55,7 +55,11 @@ type Config struct {
 	MaxPods  int32
 	// ParallelImagePulls bounds the image pulls at once (images.Config).
 	ParallelImagePulls int
-	Allocatable        func() v1.ResourceList
+	// ImagePullRecordsDir keeps what the pulled-image credential check
+	// knows (images.PullRecords); empty: the check is off.
+	ImagePullRecordsDir string
+	ImageVerification   images.Verification
+	Allocatable         func() v1.ResourceList
 	// Node returns this node as the API has it (labels, taints, allocatable)
 	// for admission; nil: admission knows only Allocatable.
 	Node      func() (*v1.Node, error)
@@ -149,7 +153,14 @@ func New(cfg Config) (*Manager, error) {
 	m.vols = newVolumeManager(m)
 	if store := cfg.Runtime.Images; store != nil {
 		var err error
-		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls}); err != nil {
+		icfg := images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls,
+			Verification: cfg.ImageVerification}
+		if cfg.ImagePullRecordsDir != "" {
+			if icfg.Records, err = images.OpenPullRecords(cfg.ImagePullRecordsDir); err != nil {
+				return nil, err
+			}
+		}
+		if m.images, err = images.New(icfg); err != nil {
 			return nil, err
 		}
 	}
