@@ -63,7 +63,7 @@ type Config struct {
 	// Node returns this node as the API has it (labels, taints, allocatable)
 	// for admission; nil: admission knows only Allocatable.
 	Node      func() (*v1.Node, error)
-	Runtime   runtime.Runtime
+	Runtime   runtime.Set
 	Prober    Prober     // nil: no probes run
 	Hooks     HookRunner // nil: hooks are not run
 	Status    StatusWriter
@@ -134,8 +134,11 @@ type Manager struct {
 
 // New validates cfg and builds the manager. Call Start before feeding pods.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Runtime == nil || cfg.Status == nil || cfg.Recorder == nil || cfg.PodsDir == "" {
+	if cfg.Status == nil || cfg.Recorder == nil || cfg.PodsDir == "" {
 		return nil, fmt.Errorf("podworker: runtime, status, recorder and pods dir are required")
+	}
+	if err := cfg.Runtime.Check(); err != nil {
+		return nil, fmt.Errorf("podworker: %w", err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -151,11 +154,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID]*adopted{}, runtimeName: "podvisor"}
 	m.vols = newVolumeManager(m)
-	if cfg.Runtime.Features().Images {
-		store, ok := cfg.Runtime.(runtime.Images)
-		if !ok {
-			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
-		}
+	if store := cfg.Runtime.Images; store != nil {
 		var err error
 		icfg := images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls,
 			Verification: cfg.ImageVerification}
@@ -176,16 +175,12 @@ func New(cfg Config) (*Manager, error) {
 // existing instances are indexed.
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
-	info, err := m.cfg.Runtime.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("runtime: %w", err)
-	}
-	m.runtimeName = info.Name
-	sandboxes, err := m.cfg.Runtime.ListSandboxes(ctx)
+	m.runtimeName = m.cfg.Runtime.Info.Name
+	sandboxes, err := m.cfg.Runtime.Sandboxes.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
-	list, err := m.cfg.Runtime.List(ctx)
+	list, err := m.cfg.Runtime.Containers.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
@@ -208,7 +203,7 @@ func (m *Manager) routeEvents(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-m.cfg.Runtime.Events():
+		case ev, ok := <-m.cfg.Runtime.Events:
 			if !ok {
 				return
 			}
@@ -247,7 +242,7 @@ func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
 	if ev.Sandbox {
 		return m.routeSandboxEvent(ctx, ev)
 	}
-	st, err := m.cfg.Runtime.Status(ctx, ev.ID)
+	st, err := m.cfg.Runtime.Containers.Status(ctx, ev.ID)
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
@@ -260,7 +255,7 @@ func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
 
 // routeSandboxEvent is route for a sandbox's event.
 func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) bool {
-	st, err := m.cfg.Runtime.SandboxStatus(ctx, ev.ID)
+	st, err := m.cfg.Runtime.Sandboxes.SandboxStatus(ctx, ev.ID)
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
@@ -413,12 +408,12 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		for _, s := range a.containers {
 			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
 				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "pod", s.PodNamespace+"/"+s.PodName, "container", s.Name)
-				_ = m.cfg.Runtime.Stop(ctx, s.ID, 0)
+				_ = m.cfg.Runtime.Containers.Stop(ctx, s.ID, 0)
 			}
-			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+			_ = m.cfg.Runtime.Containers.Remove(ctx, s.ID)
 		}
 		for _, sb := range a.sandboxes {
-			_ = m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
+			_ = m.cfg.Runtime.Sandboxes.RemoveSandbox(ctx, sb.ID)
 		}
 		m.removeOrphanCgroup(uid)
 	}

@@ -18,18 +18,24 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
+// mountFeatures is what the runtime does with a container's mounts: with
+// Images, containers run images, so each has a root of its own and image
+// volumes can be mounted; with Mounts, volumes can be bind-mounted.
+type mountFeatures struct{ Images, Mounts bool }
+
 // buildSpec turns a container of the pod into what the runtime needs, with
 // the pod's volumes set up first. Every way it can fail is a configError
 // that the user sees on the container.
 func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int32) (runtime.ContainerSpec, error) {
-	features := w.m.cfg.Runtime.Features()
-	if len(c.Command) == 0 && !features.Images {
+	features := w.m.cfg.Runtime.Features
+	hasImages := w.m.cfg.Runtime.Images != nil
+	if len(c.Command) == 0 && !hasImages {
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf(
 			"container %q has no command: the process runtime runs host processes and has no image to supply an entrypoint; set command", c.Name)}
 	}
-	if (c.Stdin || c.TTY) && !features.Stdin {
+	if (c.Stdin || c.TTY) && w.m.cfg.Runtime.Streams == nil { // nobody could attach to it
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf(
-			"container %q: stdin and tty need a runtime that keeps a container's stdin (the process runtime does not: use --runtime=containerd)", c.Name)}
+			"container %q: stdin and tty need a runtime that can attach to a container's main process, and this one has no interactive sessions", c.Name)}
 	}
 	if !features.Security {
 		if what := podsecurity.Unenforceable(pod, c); what != "" {
@@ -37,7 +43,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 				"container %q: %s cannot be honoured by the process runtime, whose containers are host processes (use --runtime=containerd)", c.Name, what)}
 		}
 	}
-	if !features.Images {
+	if !hasImages {
 		if why := imageVolumeUnsupported(pod, c); why != "" {
 			return runtime.ContainerSpec{}, configError{Msg: why}
 		}
@@ -95,11 +101,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf("container %q: command or args %v", c.Name, err)}
 	}
-	if !features.Images {
+	if !hasImages {
 		// No image to supply an entrypoint: args follow the command.
 		cmd, args = append(cmd, args...), nil
 	}
-	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, features)
+	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, mountFeatures{Images: hasImages, Mounts: features.Mounts})
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -165,7 +171,7 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		return nil, err
 	}
 	in := containerspec.EnvInput{Pod: pod, Container: c, PodIP: podIP, HostIP: m.cfg.HostIP, Services: services,
-		HostProcess: !m.cfg.Runtime.Features().Images}
+		HostProcess: m.cfg.Runtime.Images == nil}
 	if m.cfg.Allocatable != nil && slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
 		return e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil
 	}) {

@@ -13,8 +13,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // A claim that is not bound holds the pod back with the kubelet's
@@ -57,7 +55,7 @@ func TestClaimVolumeWaitsForItsPVThenMountsIt(t *testing.T) {
 	if paths["data"] != dir {
 		t.Errorf("volume at %s, want %s", paths["data"], dir)
 	}
-	mounts, err := containerMounts(pod, &pod.Spec.Containers[0], paths, nil, nil, runtime.Features{Mounts: true, Images: true})
+	mounts, err := containerMounts(pod, &pod.Spec.Containers[0], paths, nil, nil, mountFeatures{Mounts: true, Images: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestImageVolumeMounts(t *testing.T) {
 			"unable to provision SubPath `etc/../../x`: must not contain '..'"},
 	} {
 		c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{tc.mount}}
-		got, err := containerMounts(pod, c, map[string]string{"img": ""}, ids, map[string]string{"DIR": "etc"}, runtime.Features{Mounts: true, Images: true})
+		got, err := containerMounts(pod, c, map[string]string{"img": ""}, ids, map[string]string{"DIR": "etc"}, mountFeatures{Mounts: true, Images: true})
 		if tc.err != "" {
 			var ce configError
 			if !errors.As(err, &ce) || err.Error() != tc.err {
@@ -141,7 +141,7 @@ func TestImageVolumePullFailureIsTheContainersWaitingReason(t *testing.T) {
 // that can; the pod's other containers run.
 func TestImageVolumeOnTheProcessRuntimeIsAConfigError(t *testing.T) {
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(newFakeRuntime()), Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("procvol")
 	pod.Spec.Volumes = []v1.Volume{imageVolume("volume", "kitten:1.8", "")}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "other", Command: []string{"sleep", "3600"}})

@@ -20,7 +20,7 @@ import (
 // subPath and subPathExpr resolved inside the volume. API-data volumes are
 // always read-only, as upstream. Image volumes are mounted from the image
 // of their ID in imageIDs (ensureImageVolumes).
-func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]string, env map[string]string, f runtime.Features) ([]runtime.Mount, error) {
+func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]string, env map[string]string, f mountFeatures) ([]runtime.Mount, error) {
 	byName := map[string]v1.Volume{}
 	for _, v := range pod.Spec.Volumes {
 		byName[v.Name] = v

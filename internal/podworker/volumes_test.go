@@ -18,7 +18,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/mounts"
-	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 func TestConfigMapPayloadItemsModesAndMissingKeys(t *testing.T) {
@@ -95,11 +94,11 @@ func TestVolumeMountsWithoutRootAreRefusedByName(t *testing.T) {
 	c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{
 		{Name: "kube-api-access-abcde", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true},
 	}}
-	if m, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{}); err != nil || len(m) != 0 {
+	if m, err := containerMounts(pod, c, paths, nil, nil, mountFeatures{}); err != nil || len(m) != 0 {
 		t.Errorf("the default token volume without root: %v %v (want skipped)", m, err)
 	}
 	c.VolumeMounts = append(c.VolumeMounts, v1.VolumeMount{Name: "data", MountPath: "/data"})
-	_, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{})
+	_, err := containerMounts(pod, c, paths, nil, nil, mountFeatures{})
 	var ce configError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), `volume "data" cannot be mounted at /data`) {
 		t.Errorf("got %v, want a config error naming the mount", err)
@@ -117,7 +116,7 @@ func TestAPIDataVolumesAreMountedReadOnly(t *testing.T) {
 		{Name: "cm", MountPath: filepath.Join(base, "cm")},
 		{Name: "scratch", MountPath: filepath.Join(base, "scratch"), SubPathExpr: "$(POD)"},
 	}}
-	m, err := containerMounts(pod, c, paths, nil, map[string]string{"POD": "p1"}, runtime.Features{Mounts: true})
+	m, err := containerMounts(pod, c, paths, nil, map[string]string{"POD": "p1"}, mountFeatures{Mounts: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +157,7 @@ func volumeWorker(t *testing.T, pod *v1.Pod, objects ...k8sruntime.Object) (*wor
 	t.Helper()
 	cs := fake.NewClientset(objects...)
 	rec := record.NewFakeRecorder(100)
-	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, Recorder: rec, Client: cs})
+	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(newFakeRuntime()), Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, Recorder: rec, Client: cs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,14 +285,14 @@ func TestMountPointsAreTheHostsOnlyForHostProcesses(t *testing.T) {
 		{Name: "cm", MountPath: missing},
 	}}
 	paths := map[string]string{"cm": vol}
-	m, err := containerMounts(pod, c, paths, nil, nil, runtime.Features{Mounts: true, Images: true})
+	m, err := containerMounts(pod, c, paths, nil, nil, mountFeatures{Mounts: true, Images: true})
 	if err != nil || len(m) != 2 || m[0].HostPath != filepath.Join(vol, "configmap-file") || m[0].ContainerPath != hostDir {
 		t.Fatalf("with images: %+v, %v; want the file mounted at %s", m, err, hostDir)
 	}
 	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a mount point was made on the host for a container with its own root: %v", err)
 	}
-	_, err = containerMounts(pod, c, paths, nil, nil, runtime.Features{Mounts: true})
+	_, err = containerMounts(pod, c, paths, nil, nil, mountFeatures{Mounts: true})
 	var ce configError
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "exists and is not a file") {
 		t.Errorf("host process: %v, want the host's directory refused as a file's mount point", err)

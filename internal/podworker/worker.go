@@ -414,7 +414,7 @@ func (w *worker) removeInstances(ctx context.Context, pod *v1.Pod, ids []string)
 		if w.m.cfg.Prober != nil {
 			w.m.cfg.Prober.RemoveContainer(id)
 		}
-		if err := w.m.cfg.Runtime.Remove(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := w.m.cfg.Runtime.Containers.Remove(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			w.m.cfg.Log.Warn("removing container", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
 		}
 	}
