@@ -16,6 +16,7 @@ import (
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/volume"
 )
 
 // buildSpec turns a container of the pod into what the runtime needs, with
@@ -38,7 +39,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		}
 	}
 	if !features.Images {
-		if why := imageVolumeUnsupported(pod, c); why != "" {
+		if why := volume.ImageVolumeUnsupported(pod, c); why != "" {
 			return runtime.ContainerSpec{}, configError{Msg: why}
 		}
 	}
@@ -50,13 +51,13 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf("container %q: runAsUser, runAsGroup and supplementalGroups need the agent to run as root", c.Name)}
 	}
 	// Volumes first: upstream mounts them before it looks at any container.
-	paths, err := w.setupVolumes(ctx, pod)
+	paths, err := w.m.vols.SetUp(ctx, pod, w.podDir())
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
 	// Then the images of its image volumes and its own, before the
 	// container's configuration, as upstream.
-	imageIDs, err := w.ensureImageVolumes(ctx, pod, c)
+	imageIDs, err := w.m.vols.EnsureImages(ctx, pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -99,7 +100,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		// No image to supply an entrypoint: args follow the command.
 		cmd, args = append(cmd, args...), nil
 	}
-	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, features)
+	mounts, err := w.m.vols.Mounts(pod, c, paths, imageIDs, lookup, volume.Runtime{Images: features.Images, Mounts: features.Mounts})
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
