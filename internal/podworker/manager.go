@@ -125,7 +125,8 @@ type Manager struct {
 	orphans map[types.UID]*adopted
 	// runtimeName is the scheme of container IDs in pod status.
 	runtimeName string
-	vols        *volumeManager
+	vols        Volumes
+	watches     *objectWatches
 	// images pulls containers' images; nil for a runtime without images.
 	images *images.Manager
 	// extraAdmit, when set, may reject a new pod after the node's checks.
@@ -153,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.HostIP = "127.0.0.1"
 	}
 	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID]*adopted{}, runtimeName: "podvisor"}
-	m.vols = newVolumeManager(m)
+	m.watches = newObjectWatches(m)
 	if store := cfg.Runtime.Images; store != nil {
 		var err error
 		icfg := images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls,
@@ -167,6 +168,11 @@ func New(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
+	vols, err := newVolumes(m)
+	if err != nil {
+		return nil, err
+	}
+	m.vols = vols
 	return m, nil
 }
 
@@ -175,6 +181,7 @@ func New(cfg Config) (*Manager, error) {
 // existing instances are indexed.
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
+	m.vols.Start(ctx)
 	m.runtimeName = m.cfg.Runtime.Info.Name
 	sandboxes, err := m.cfg.Runtime.Sandboxes.ListSandboxes(ctx)
 	if err != nil {
@@ -458,7 +465,7 @@ func (m *Manager) removeUnknownPodDirs() {
 	m.mu.Unlock()
 	for _, e := range entries {
 		if !known[e.Name()] {
-			unmountUnder(filepath.Join(m.cfg.PodsDir, e.Name()))
+			m.vols.TearDown(filepath.Join(m.cfg.PodsDir, e.Name()))
 			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
 		}
 	}
@@ -491,6 +498,7 @@ func (m *Manager) removeWorker(uid types.UID) {
 	m.mu.Lock()
 	delete(m.workers, uid)
 	m.mu.Unlock()
+	m.watches.prune(func(uid types.UID) bool { return m.worker(uid) != nil })
 	m.cfg.Status.Forget(uid)
 	m.retryDeferredResizes(uid) // its resources are free
 }

@@ -16,12 +16,8 @@ import (
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/volume"
 )
-
-// mountFeatures is what the runtime does with a container's mounts: with
-// Images, containers run images, so each has a root of its own and image
-// volumes can be mounted; with Mounts, volumes can be bind-mounted.
-type mountFeatures struct{ Images, Mounts bool }
 
 // buildSpec turns a container of the pod into what the runtime needs, with
 // the pod's volumes set up first. Every way it can fail is a configError
@@ -44,7 +40,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		}
 	}
 	if !hasImages {
-		if why := imageVolumeUnsupported(pod, c); why != "" {
+		if why := volume.ImageVolumeUnsupported(pod, c); why != "" {
 			return runtime.ContainerSpec{}, configError{Msg: why}
 		}
 	}
@@ -56,13 +52,13 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf("container %q: runAsUser, runAsGroup and supplementalGroups need the agent to run as root", c.Name)}
 	}
 	// Volumes first: upstream mounts them before it looks at any container.
-	paths, err := w.setupVolumes(ctx, pod)
+	paths, err := w.m.vols.SetUp(ctx, pod, w.podDir())
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
 	// Then the images of its image volumes and its own, before the
 	// container's configuration, as upstream.
-	imageIDs, err := w.ensureImageVolumes(ctx, pod, c)
+	imageIDs, err := w.m.vols.EnsureImages(ctx, pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -105,7 +101,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		// No image to supply an entrypoint: args follow the command.
 		cmd, args = append(cmd, args...), nil
 	}
-	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, mountFeatures{Images: hasImages, Mounts: features.Mounts})
+	mounts, err := w.m.vols.Mounts(pod, c, paths, imageIDs, lookup, volume.Runtime{Images: hasImages, Mounts: features.Mounts})
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}

@@ -402,7 +402,7 @@ func (w *worker) finish(ctx context.Context) {
 	w.mu.Unlock()
 	w.removeInstances(ctx, pod, ids)
 	w.removeSandboxes(ctx, pod)
-	w.teardownVolumes()
+	w.m.vols.TearDown(w.podDir())
 	_ = os.RemoveAll(w.podDir())
 	w.m.removeWorker(w.uid)
 }
