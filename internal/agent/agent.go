@@ -85,23 +85,26 @@ type Agent struct {
 	eventClient kubernetes.Interface
 	node        *node.Manager
 	api         *agentapi.Server
-	runtime     runtime.Runtime
-	streams     runtime.Streamer
-	containerd  *containerd.Process // when podvisor runs the runtime itself
-	stopExits   context.CancelFunc  // ends the watch of containerd's task exits
-	cgroups     *podcgroup.Manager  // pod-level cgroups; nil: none
-	workers     *podworker.Manager
-	probes      *probe.Manager
-	status      *status.Manager
-	timeline    *timeline.Recorder
-	source      *podsource.Source
-	events      record.EventBroadcaster
-	metrics     *prometheus.Registry
-	shutdown    *shutdown.Manager
-	eviction    *eviction.Manager
-	logRotation *logrotate.Manager // nil: the runtime cannot reopen logs
-	imageGC     *imagegc.Manager   // nil: no images to collect (gc.go)
-	recorder    record.EventRecorder
+	runtime     runtime.Set
+	// serveStreams serves the runtime's interactive sessions until ctx
+	// ends, when the agent must (the process runtime's); nil: the runtime
+	// serves them itself (a CRI runtime).
+	serveStreams func(ctx context.Context) error
+	containerd   *containerd.Process // when podvisor runs the runtime itself
+	stopExits    context.CancelFunc  // ends the watch of containerd's task exits
+	cgroups      *podcgroup.Manager  // pod-level cgroups; nil: none
+	workers      *podworker.Manager
+	probes       *probe.Manager
+	status       *status.Manager
+	timeline     *timeline.Recorder
+	source       *podsource.Source
+	events       record.EventBroadcaster
+	metrics      *prometheus.Registry
+	shutdown     *shutdown.Manager
+	eviction     *eviction.Manager
+	logRotation  *logrotate.Manager // nil: the runtime cannot reopen logs
+	imageGC      *imagegc.Manager   // nil: no images to collect (gc.go)
+	recorder     record.EventRecorder
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -201,7 +204,8 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
-		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(), Allocatable: a.allocatable, Node: a.getNode,
+		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(),
+		ImagePullRecordsDir: filepath.Join(agentDir, "image_manager"), ImageVerification: cfg.Kubelet.ImageVerification, Allocatable: a.allocatable, Node: a.getNode,
 		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}),
 		Status:    startupStatuses{StatusWriter: &timeline.Statuses{Next: a.status, Rec: a.timeline}, startup: startup},
 		PullTimes: startup, Recorder: recorder, Client: client,
@@ -238,7 +242,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	host := eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}
-	podMeter := eviction.PodMeter{Runtime: a.runtime, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}
+	podMeter := eviction.PodMeter{Containers: a.runtime.Containers, Usage: a.runtime.Stats, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}
 	a.eviction, err = eviction.New(eviction.Config{
 		Settings: cfg.Kubelet.Eviction, Period: cfg.Kubelet.EvictionMonitoringPeriod,
 		LocalStorage: cfg.Kubelet.LocalStorageCapacityIsolation,
@@ -254,9 +258,12 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt, ok := a.runtime.(logrotate.Runtime); ok {
+	if logs := a.runtime.Logs; logs != nil {
 		a.logRotation, err = logrotate.New(logrotate.Config{
-			Runtime: rt,
+			Runtime: struct {
+				runtime.Containers
+				runtime.LogReopener
+			}{a.runtime.Containers, logs},
 			Policy:  logrotate.Policy{MaxSize: cfg.Kubelet.ContainerLogMaxSize, MaxFiles: int(cfg.Kubelet.ContainerLogMaxFiles)},
 			Workers: int(cfg.Kubelet.ContainerLogMaxWorkers), Interval: cfg.Kubelet.ContainerLogMonitorInterval,
 			Log: cfg.Log,
@@ -286,7 +293,7 @@ func New(cfg Config) (*Agent, error) {
 		ClientCAFile:       filepath.Join(cfg.PKIDir, "ca.crt"),
 		Logs:               a.workers,
 		Pods:               a.workers.Pods,
-		Streams:            streams{Streamer: a.streams, runtime: a.runtime},
+		Streams:            newStreams(a.runtime),
 		Metrics:            a.metrics,
 		Summary: func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary {
 			if onlyCPUAndMemory {
@@ -351,9 +358,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			a.cfg.Log.Error("pod network", "err", err)
 		}
 	}()
-	if s, ok := a.streams.(streamRunner); ok {
+	if serve := a.serveStreams; serve != nil {
 		go func() {
-			if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			if err := serve(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Log.Error("exec and port-forward sessions stopped", "err", err)
 			}
 		}()
@@ -407,13 +414,11 @@ func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 }
 
 // exec runs a command in a container for probes and hooks, with its combined
-// output (bounded) and a timeout the probe package recognises.
+// output (bounded); a timeout is of class runtime.ErrTimeout, which the
+// probe package recognises.
 func (a *Agent) exec(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, error) {
 	out := &limitedBuffer{max: 10 << 10}
-	code, err := a.runtime.Exec(ctx, id, cmd, out, out, timeout)
-	if runtime.IsTimeout(err) && ctx.Err() == nil {
-		err = fmt.Errorf("%w: %w", probe.ErrTimeout, err)
-	}
+	code, err := a.runtime.Exec.Exec(ctx, id, cmd, out, out, timeout)
 	return out.Bytes(), code, err
 }
 

@@ -22,9 +22,8 @@ import (
 // that cannot say where its images are, or the kubelet's off switch (high
 // threshold 100 and no maximum age).
 func (a *Agent) newImageGC(recorder record.EventRecorder) (*imagegc.Manager, error) {
-	store, ok := a.runtime.(runtime.Images)
-	fs, hasFs := a.runtime.(runtime.ImageFs)
-	if !a.runtime.Features().Images || !ok || !hasFs {
+	store := a.runtime.Images
+	if store == nil {
 		return nil, nil
 	}
 	p := a.cfg.Kubelet.ImageGC
@@ -35,14 +34,14 @@ func (a *Agent) newImageGC(recorder record.EventRecorder) (*imagegc.Manager, err
 	return imagegc.New(imagegc.Config{
 		Policy: p, Images: store, Recorder: recorder, NodeName: a.cfg.NodeName,
 		Period: a.cfg.Kubelet.GCPeriod, Clock: clock.RealClock{}, Log: a.cfg.Log.With("component", "imagegc"),
-		Usage: func(ctx context.Context) (imagegc.Usage, error) { return imageFsUsage(ctx, fs) },
+		Usage: func(ctx context.Context) (imagegc.Usage, error) { return imageFsUsage(ctx, store) },
 		InUse: a.imagesInUse,
 	})
 }
 
 // imageFsUsage measures the filesystem the runtime keeps its images on,
 // as the kubelet's stats provider: the runtime names it, statfs sizes it.
-func imageFsUsage(ctx context.Context, fs runtime.ImageFs) (imagegc.Usage, error) {
+func imageFsUsage(ctx context.Context, fs runtime.Images) (imagegc.Usage, error) {
 	info, err := fs.ImageFsInfo(ctx)
 	if err != nil {
 		return imagegc.Usage{}, err
@@ -59,7 +58,7 @@ func imageFsUsage(ctx context.Context, fs runtime.ImageFs) (imagegc.Usage, error
 // name, containers and image volumes: a pod waiting for a volume or a
 // back-off keeps its images too.
 func (a *Agent) imagesInUse(ctx context.Context) (map[string]bool, error) {
-	list, err := a.runtime.List(ctx)
+	list, err := a.runtime.Containers.List(ctx)
 	if err != nil {
 		return nil, err
 	}

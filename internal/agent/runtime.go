@@ -16,7 +16,6 @@ import (
 	"github.com/podvisor/podvisor/internal/node"
 	"github.com/podvisor/podvisor/internal/podcgroup"
 	"github.com/podvisor/podvisor/internal/podworker"
-	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/cri"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 )
@@ -60,13 +59,6 @@ func (c RuntimeConfig) Check() error {
 	return fmt.Errorf("--runtime %q: want %s or %s (or --container-runtime-endpoint for a CRI runtime of your own)", c.Kind, RuntimeContainerd, RuntimeProcess)
 }
 
-// streamRunner is a Streamer that serves its sessions itself (the process
-// runtime's); a CRI runtime's sessions are served by the runtime.
-type streamRunner interface {
-	runtime.Streamer
-	Run(ctx context.Context) error
-}
-
 // openRuntime starts the runtime the config chooses: for containerd, its
 // process first. It fails at once, naming the missing piece and the flag,
 // rather than half-starting.
@@ -84,7 +76,7 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 		if err != nil {
 			return err
 		}
-		a.runtime, a.streams = proc, s
+		a.runtime, a.serveStreams = proc.Set(s), s.Run
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -122,7 +114,7 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 			r.ObserveTaskExit(e.ContainerID, e.ExitStatus, e.ExitedAt)
 		})
 	}
-	a.runtime, a.streams = r, r
+	a.runtime = r.Set()
 	return nil
 }
 
@@ -138,10 +130,7 @@ func (a *Agent) runtimeVersion() string {
 	if a.cfg.Runtime.kind() == RuntimeProcess {
 		return ""
 	}
-	info, err := a.runtime.Info(context.Background())
-	if err != nil {
-		return ""
-	}
+	info := a.runtime.Info
 	return info.Name + "://" + info.Version
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -17,13 +18,39 @@ const runOutputLimit = 16 << 20
 // the way the kubelet does: in what the runtime has running, not in status.
 type streams struct {
 	runtime.Streamer
-	runtime runtime.Runtime
+	containers runtime.Containers
+	exec       runtime.Executor
 }
 
 var _ agentapi.Streams = streams{}
 
+// newStreams gives the agent API the runtime set's sessions; a runtime
+// without them refuses each session with a clear error.
+func newStreams(set runtime.Set) streams {
+	s := streams{Streamer: set.Streams, containers: set.Containers, exec: set.Exec}
+	if s.Streamer == nil {
+		s.Streamer = noStreams{}
+	}
+	return s
+}
+
+// noStreams is the Streamer of a runtime without interactive sessions.
+type noStreams struct{}
+
+var errNoStreams = fmt.Errorf("the container runtime has no interactive sessions (exec, attach, port-forward): %w", runtime.ErrInvalid)
+
+func (noStreams) GetExec(context.Context, runtime.ExecRequest) (*url.URL, error) {
+	return nil, errNoStreams
+}
+func (noStreams) GetAttach(context.Context, runtime.AttachRequest) (*url.URL, error) {
+	return nil, errNoStreams
+}
+func (noStreams) GetPortForward(context.Context, runtime.PortForwardRequest) (*url.URL, error) {
+	return nil, errNoStreams
+}
+
 func (s streams) ContainerID(ctx context.Context, podUID types.UID, container string) (string, error) {
-	list, err := s.runtime.List(ctx)
+	list, err := s.containers.List(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -42,7 +69,7 @@ func (s streams) ContainerID(ctx context.Context, podUID types.UID, container st
 
 func (s streams) Run(ctx context.Context, id string, cmd []string) ([]byte, error) {
 	out := &limitedBuffer{max: runOutputLimit}
-	code, err := s.runtime.Exec(ctx, id, cmd, out, out, 0)
+	code, err := s.exec.Exec(ctx, id, cmd, out, out, 0)
 	if err != nil {
 		return nil, err
 	}

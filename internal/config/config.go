@@ -16,6 +16,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/eviction"
 	"github.com/podvisor/podvisor/internal/imagegc"
+	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 )
 
@@ -57,6 +58,11 @@ type Config struct {
 	// bound), as the kubelet's image puller.
 	SerializeImagePulls   bool
 	MaxParallelImagePulls int32
+	// ImageVerification is imagePullCredentialsVerificationPolicy (default
+	// NeverVerifyPreloadedImages) with preloadedImagesVerificationAllowlist:
+	// which present images a pod may use only with the credentials they
+	// were pulled with (KubeletEnsureSecretPulledImages).
+	ImageVerification images.Verification
 	// ImageGC: imageGCHighThresholdPercent (85), imageGCLowThresholdPercent
 	// (80), imageMinimumGCAge (2m), imageMaximumGCAge (0: off), with the
 	// kubelet's validation (gc.go).
@@ -92,6 +98,7 @@ var implemented = map[string]bool{
 	"evictionMaxPodGracePeriod": true, "evictionPressureTransitionPeriod": true, "mergeDefaultEvictionSettings": true,
 	"localStorageCapacityIsolation": true, "containerRuntimeEndpoint": true,
 	"serializeImagePulls": true, "maxParallelImagePulls": true,
+	"imagePullCredentialsVerificationPolicy": true, "preloadedImagesVerificationAllowlist": true,
 	"containerLogMaxSize": true, "containerLogMaxFiles": true, "containerLogMaxWorkers": true, "containerLogMonitorInterval": true,
 	"imageGCHighThresholdPercent": true, "imageGCLowThresholdPercent": true, "imageMinimumGCAge": true, "imageMaximumGCAge": true,
 }
@@ -110,6 +117,7 @@ func Default() Config {
 		Sysctls:                   safeSysctls(),
 		EvictionMonitoringPeriod:  10 * time.Second,
 		SerializeImagePulls:       true,
+		ImageVerification:         images.Verification{Policy: images.NeverVerifyPreloadedImages},
 		ImageGC:                   defaultImageGC,
 
 		ContainerLogMaxSize:         10 << 20,
@@ -248,6 +256,18 @@ func applyImagePulls(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error
 		}
 		cfg.MaxParallelImagePulls = *p
 	}
+	policy, err := images.ParseVerificationPolicy(string(kc.ImagePullCredentialsVerificationPolicy))
+	if err != nil {
+		return err
+	}
+	allow := kc.PreloadedImagesVerificationAllowlist
+	if len(allow) > 0 && policy != images.NeverVerifyAllowlistedImages {
+		return fmt.Errorf("invalid configuration: can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVerificationPolicy` is not \"NeverVerifyAllowlistedImages\"")
+	}
+	if err := images.ValidateAllowlist(allow); err != nil {
+		return err
+	}
+	cfg.ImageVerification = images.Verification{Policy: policy, Allowlist: allow}
 	return nil
 }
 

@@ -44,6 +44,10 @@ shutdownGracePeriodCriticalPods: 10s
 		cfg.ShutdownGracePeriod != 20*time.Second || cfg.ShutdownGracePeriodCriticalPods != 10*time.Second {
 		t.Errorf("cfg = %+v", cfg)
 	}
+	cfg, _, err = Load(write(t, header+"imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [registry.k8s.io/*]\n"))
+	if err != nil || cfg.ImageVerification.Policy != "NeverVerifyAllowlistedImages" || len(cfg.ImageVerification.Allowlist) != 1 {
+		t.Errorf("image verification: %+v, %v", cfg.ImageVerification, err)
+	}
 }
 
 func TestUnimplementedFieldsAreNamedSorted(t *testing.T) {
@@ -73,6 +77,9 @@ func TestBadFiles(t *testing.T) {
 		"log max files 1":     {header + "containerLogMaxFiles: 1\n", "containerLogMaxFiles must be greater than 1"},
 		"log workers 0":       {header + "containerLogMaxWorkers: 0\n", "containerLogMaxWorkers must be greater than or equal to 1"},
 		"log interval 1s":     {header + "containerLogMonitorInterval: 1s\n", "greater than or equal to 3s"},
+		"verify policy":       {header + "imagePullCredentialsVerificationPolicy: Sometimes\n", `imagePullCredentialsVerificationPolicy "Sometimes"`},
+		"allowlist, policy":   {header + "preloadedImagesVerificationAllowlist: [registry.k8s.io/pause]\n", "preloadedImagesVerificationAllowlist"},
+		"allowlist with tag":  {header + "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [busybox:1]\n", `"busybox:1" is not an image repository`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := write(t, tc.body)

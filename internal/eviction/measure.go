@@ -130,10 +130,12 @@ func readInt(path string) (int64, bool) {
 	return n, err == nil
 }
 
-// PodMeter measures pods through their runtime.
+// PodMeter measures pods through their runtime: which containers they
+// have, and what each uses.
 type PodMeter struct {
-	Runtime runtime.Runtime
-	PodDir  func(*v1.Pod) string
+	Containers runtime.Containers
+	Usage      runtime.Stats
+	PodDir     func(*v1.Pod) string
 	// PodProcesses, when set, counts a pod's processes from its pod-level
 	// cgroup (a CRI runtime counts none per container); false: unknown,
 	// the containers' counts are used.
@@ -145,7 +147,7 @@ type PodMeter struct {
 // directory (every attempt, as upstream's pod log directory); per emptyDir
 // its directory.
 func (pm PodMeter) Stats(ctx context.Context, pods []*v1.Pod) StatsFunc {
-	list, _ := pm.Runtime.List(ctx)
+	list, _ := pm.Containers.List(ctx)
 	latest := map[types.UID]map[string]runtime.Status{}
 	for _, s := range list {
 		uid := types.UID(s.PodUID)
@@ -165,7 +167,7 @@ func (pm PodMeter) Stats(ctx context.Context, pods []*v1.Pod) StatsFunc {
 			if !ok {
 				continue
 			}
-			u, _ := pm.Runtime.Usage(ctx, s.ID)
+			u, _ := pm.Usage.Usage(ctx, s.ID)
 			logs := diskusage.Of(filepath.Join(dir, name))
 			ps.Containers = append(ps.Containers, ContainerStats{
 				Name: name, MemoryWorkingSet: u.MemoryWorkingSet,

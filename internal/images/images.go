@@ -10,8 +10,10 @@ package images
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -35,6 +37,11 @@ type Config struct {
 	// maxParallelImagePulls).
 	ParallelPulls int
 	Log           *slog.Logger // nil: slog.Default()
+	// Records, when set, turns on the pulled-image credential check
+	// (pullcheck.go) with Verification's policy; nil: every present image
+	// is used, as before KEP-2535.
+	Records      *PullRecords
+	Verification Verification
 	// PullTimes, when set, is told when each pull for a pod starts and
 	// when one succeeds (the pod start-up SLI leaves pulls out).
 	PullTimes PullTimes
@@ -66,11 +73,54 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Records != nil && cfg.Verification.Policy == "" {
+		cfg.Verification.Policy = NeverVerifyPreloadedImages
+	}
 	m := &Manager{cfg: cfg, backOff: newPullBackOff(cfg.Clock)}
 	if cfg.ParallelPulls >= 0 {
 		m.slots = make(chan struct{}, max(cfg.ParallelPulls, 1))
 	}
+	if cfg.Records != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.recoverRecords(ctx); err != nil {
+			cfg.Log.Warn("image pull records: not brought up to date with the runtime's images", "err", err)
+		}
+	}
 	return m, nil
+}
+
+// recoverRecords turns the pulls an earlier agent left unfinished into
+// records without credentials for the images the runtime has (every pod's
+// credentials will be checked for them), and drops the records of images
+// that are gone, as upstream's pull manager at start.
+func (m *Manager) recoverRecords(ctx context.Context) error {
+	have, err := m.cfg.Images.ListImages(ctx)
+	if err != nil {
+		return err
+	}
+	intents, err := m.cfg.Records.intents()
+	if err != nil {
+		return err
+	}
+	present := map[string]bool{}
+	byRef := map[string]string{}
+	for _, img := range have {
+		present[img.ID] = true
+		for _, ref := range append(slices.Clone(img.RepoTags), img.RepoDigests...) {
+			byRef[ref] = img.ID
+		}
+	}
+	var errs []error
+	for _, image := range intents {
+		id, ok := byRef[image]
+		if !ok {
+			continue // not pulled: the intent stays, the image counts as the agent's
+		}
+		errs = append(errs, m.cfg.Records.record(id, "", nil, m.cfg.Clock.Now()), m.cfg.Records.endPull(image))
+	}
+	errs = append(errs, m.cfg.Records.prune(present))
+	return errors.Join(errs...)
 }
 
 // Request is a container about to be created, or an image volume one is
@@ -153,7 +203,19 @@ func (m *Manager) Ensure(ctx context.Context, req Request) (runtime.Image, error
 			return runtime.Image{}, &Failure{ReasonImageInspectError, msg}
 		}
 	}
-	switch decide(policy, present) {
+	step := decide(policy, present)
+	if step == stepUseLocal && m.cfg.Records != nil {
+		if !m.mayUse(ctx, req, name, local) {
+			step = stepPull
+			if policy == v1.PullNever {
+				step = stepNeverPull // present, but not for this pod
+			}
+		} else {
+			m.event(req, v1.EventTypeNormal, EventPulled, accessibleMessage(image))
+			return local, nil
+		}
+	}
+	switch step {
 	case stepUseLocal:
 		m.event(req, v1.EventTypeNormal, EventPulled, presentMessage(image))
 		return local, nil
@@ -190,8 +252,18 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 	}
 	m.event(req, v1.EventTypeNormal, EventPulling, pullingMessage(image))
 	start := m.cfg.Clock.Now()
-	img, took, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
 	log := m.cfg.Log.With(req.logAttrs()...)
+	if m.cfg.Records != nil {
+		if err := m.cfg.Records.startPull(name.Pull); err != nil {
+			log.Warn("image pull record", "err", err)
+		}
+		defer func() {
+			if err := m.cfg.Records.endPull(name.Pull); err != nil {
+				log.Warn("image pull record", "err", err)
+			}
+		}()
+	}
+	img, took, used, err := m.pullInSlot(ctx, name.Pull, keyring.Lookup(name.Repository))
 	if err != nil {
 		log.Info("image pull failed", "err", err)
 		m.event(req, v1.EventTypeWarning, EventFailed, pullFailedMessage(image, err))
@@ -199,6 +271,15 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 		return runtime.Image{}, &Failure{ReasonErrImagePull, err.Error()}
 	}
 	log.Info("pulled image", "id", img.ID, "took", took, "size", img.Size)
+	if m.cfg.Records != nil {
+		creds := &PullCredentials{NodeWide: true} // anonymous, or the node's own credentials
+		if used != nil {
+			creds = &PullCredentials{Secrets: []SecretCredential{used.Secret}}
+		}
+		if err := m.cfg.Records.record(img.ID, name.Repository, creds, m.cfg.Clock.Now()); err != nil {
+			log.Warn("image pull record", "err", err)
+		}
+	}
 	if m.cfg.PullTimes != nil {
 		m.cfg.PullTimes.PullFinished(pod.UID)
 	}
@@ -210,43 +291,80 @@ func (m *Manager) pull(ctx context.Context, req Request, name Name) (runtime.Ima
 // pullInSlot waits for a pull slot, then pulls ref with each credential in
 // turn until one works (anonymously without any), and describes the pulled
 // image (best effort: its ID alone if the runtime cannot); took excludes
-// the wait for the slot.
-func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []runtime.RegistryAuth) (img runtime.Image, took time.Duration, err error) {
+// the wait for the slot; used is the credential that worked (nil: none).
+func (m *Manager) pullInSlot(ctx context.Context, ref string, creds []TrackedAuth) (img runtime.Image, took time.Duration, used *TrackedAuth, err error) {
 	if m.slots != nil {
 		select {
 		case m.slots <- struct{}{}:
 		case <-ctx.Done():
-			return runtime.Image{}, 0, ctx.Err()
+			return runtime.Image{}, 0, nil, ctx.Err()
 		}
 		defer func() { <-m.slots }()
 	}
 	start := m.cfg.Clock.Now()
-	id, err := m.pullWith(ctx, ref, creds)
+	id, used, err := m.pullWith(ctx, ref, creds)
 	if err != nil {
-		return runtime.Image{}, m.cfg.Clock.Since(start), err
+		return runtime.Image{}, m.cfg.Clock.Since(start), nil, err
 	}
 	img, ok, err := m.cfg.Images.ImageStatus(ctx, id)
 	if err != nil || !ok {
 		img = runtime.Image{ID: id}
 	}
-	return img, m.cfg.Clock.Since(start), nil
+	return img, m.cfg.Clock.Since(start), used, nil
 }
 
 // pullWith is upstream's kuberuntime PullImage: every credential that
 // matches the registry in turn, the errors of all of them if none works.
-func (m *Manager) pullWith(ctx context.Context, ref string, creds []runtime.RegistryAuth) (string, error) {
+func (m *Manager) pullWith(ctx context.Context, ref string, creds []TrackedAuth) (string, *TrackedAuth, error) {
 	if len(creds) == 0 {
-		return m.cfg.Images.PullImage(ctx, ref, nil)
+		id, err := m.cfg.Images.PullImage(ctx, ref, nil)
+		return id, nil, err
 	}
 	var errs []error
-	for _, c := range creds {
-		id, err := m.cfg.Images.PullImage(ctx, ref, &c)
+	for i := range creds {
+		id, err := m.cfg.Images.PullImage(ctx, ref, &creds[i].RegistryAuth)
 		if err == nil {
-			return id, nil
+			return id, &creds[i], nil
 		}
 		errs = append(errs, err)
 	}
-	return "", utilerrors.NewAggregate(errs)
+	return "", nil, utilerrors.NewAggregate(errs)
+}
+
+// mayUse says whether the request's pod may use a present image without
+// pulling it, by the credential check; a pod credential that matched by
+// hash or by secret alone is remembered for next time.
+func (m *Manager) mayUse(ctx context.Context, req Request, name Name, local runtime.Image) bool {
+	log := m.cfg.Log.With(req.logAttrs()...)
+	rec, err := m.cfg.Records.pulled(local.ID)
+	pulledByAgent := rec != nil || err != nil || m.cfg.Records.pulling(name.Pull)
+	if err != nil {
+		log.Warn("image pull record unreadable, checking the pod's credentials", "err", err)
+	}
+	if !m.cfg.Verification.requires(name.Repository, pulledByAgent) {
+		return true
+	}
+	var secrets []v1.Secret
+	if req.PullSecrets != nil {
+		secrets = req.PullSecrets(ctx)
+	}
+	var podCreds []SecretCredential
+	if keyring, err := KeyringFromSecrets(secrets); err == nil {
+		for _, c := range keyring.Lookup(name.Repository) {
+			podCreds = append(podCreds, c.Secret)
+		}
+	}
+	check := checkAccess(m.cfg.Verification, name.Repository, rec, pulledByAgent, podCreds)
+	if check.remember != nil {
+		creds := &PullCredentials{Secrets: []SecretCredential{*check.remember}}
+		if err := m.cfg.Records.record(local.ID, name.Repository, creds, m.cfg.Clock.Now()); err != nil {
+			log.Warn("image pull record", "err", err)
+		}
+	}
+	if check.mustPull {
+		log.Info("image present but not pulled with credentials this pod has: pulling it with the pod's", "id", local.ID)
+	}
+	return !check.mustPull
 }
 
 // event records an event about the request's container (or, for an image

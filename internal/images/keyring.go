@@ -23,7 +23,14 @@ import (
 // pkg/credentialprovider/secrets/secrets.go).
 type Keyring struct {
 	index []string // locations, most specific first
-	creds map[string][]runtime.RegistryAuth
+	creds map[string][]TrackedAuth
+}
+
+// TrackedAuth is a credential with the pull secret it came from, for the
+// pulled-image credential check.
+type TrackedAuth struct {
+	runtime.RegistryAuth
+	Secret SecretCredential
 }
 
 // dockerConfigEntry is one registry of a docker config; "auth" is
@@ -39,7 +46,7 @@ type dockerConfigEntry struct {
 // .dockercfg, the registries at the top); other secrets are ignored. A
 // secret that does not parse fails the whole lookup, as upstream.
 func KeyringFromSecrets(secrets []v1.Secret) (*Keyring, error) {
-	k := &Keyring{creds: map[string][]runtime.RegistryAuth{}}
+	k := &Keyring{creds: map[string][]TrackedAuth{}}
 	for _, s := range secrets {
 		var cfg map[string]dockerConfigEntry
 		if b := s.Data[v1.DockerConfigJsonKey]; s.Type == v1.SecretTypeDockerConfigJson && len(b) > 0 {
@@ -55,7 +62,7 @@ func KeyringFromSecrets(secrets []v1.Secret) (*Keyring, error) {
 				return nil, err
 			}
 		}
-		if err := k.add(cfg); err != nil {
+		if err := k.add(cfg, SecretCredential{UID: string(s.UID), Namespace: s.Namespace, Name: s.Name}); err != nil {
 			return nil, err
 		}
 	}
@@ -65,7 +72,7 @@ func KeyringFromSecrets(secrets []v1.Secret) (*Keyring, error) {
 
 // add indexes the registries of one docker config, in the order of their
 // locations (a map has none; upstream's is its map order).
-func (k *Keyring) add(cfg map[string]dockerConfigEntry) error {
+func (k *Keyring) add(cfg map[string]dockerConfigEntry, source SecretCredential) error {
 	for _, loc := range slices.Sorted(maps.Keys(cfg)) {
 		e := cfg[loc]
 		auth := runtime.RegistryAuth{Username: e.Username, Password: e.Password}
@@ -83,7 +90,9 @@ func (k *Keyring) add(cfg map[string]dockerConfigEntry) error {
 		if _, seen := k.creds[key]; !seen {
 			k.index = append(k.index, key)
 		}
-		k.creds[key] = append(k.creds[key], auth)
+		src := source
+		src.Hash = credentialHash(auth)
+		k.creds[key] = append(k.creds[key], TrackedAuth{RegistryAuth: auth, Secret: src})
 	}
 	return nil
 }
@@ -132,8 +141,8 @@ const defaultRegistryKey = "index.docker.io"
 // Lookup returns the credentials for repository (a fully qualified
 // repository, Name.Repository) to try in turn: those of every matching
 // location, most specific first; else Docker Hub's for a Docker Hub image.
-func (k *Keyring) Lookup(repository string) []runtime.RegistryAuth {
-	var out []runtime.RegistryAuth
+func (k *Keyring) Lookup(repository string) []TrackedAuth {
+	var out []TrackedAuth
 	for _, key := range k.index {
 		if locationMatches(key, repository) {
 			out = append(out, k.creds[key]...)

@@ -23,6 +23,15 @@ func user(name string) runtime.RegistryAuth {
 	return runtime.RegistryAuth{Username: name, Password: "pw-" + name}
 }
 
+// auths drops the secrets the credentials came from.
+func auths(ts []TrackedAuth) []runtime.RegistryAuth {
+	var out []runtime.RegistryAuth
+	for _, t := range ts {
+		out = append(out, t.RegistryAuth)
+	}
+	return out
+}
+
 func entry(name string) string {
 	return fmt.Sprintf(`{"username":%q,"password":"pw-%s"}`, name, name)
 }
@@ -67,7 +76,7 @@ func TestKeyringMatchesAsUpstream(t *testing.T) {
 		{"private.io/app", []runtime.RegistryAuth{user("v2")}},
 		{"gcr.io/project/app", nil},
 	} {
-		if got := k.Lookup(tc.repository); !reflect.DeepEqual(got, tc.want) {
+		if got := auths(k.Lookup(tc.repository)); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("Lookup(%q) = %v, want %v", tc.repository, got, tc.want)
 		}
 	}
@@ -81,10 +90,10 @@ func TestKeyringDecodesAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := k.Lookup("a.io/x"); !reflect.DeepEqual(got, []runtime.RegistryAuth{{Username: "alice", Password: "s3cr:et"}}) {
+	if got := auths(k.Lookup("a.io/x")); !reflect.DeepEqual(got, []runtime.RegistryAuth{{Username: "alice", Password: "s3cr:et"}}) {
 		t.Errorf("a.io: %v", got)
 	}
-	if got := k.Lookup("b.io/x"); !reflect.DeepEqual(got, []runtime.RegistryAuth{{Username: "bob", Password: "pw"}}) {
+	if got := auths(k.Lookup("b.io/x")); !reflect.DeepEqual(got, []runtime.RegistryAuth{{Username: "bob", Password: "pw"}}) {
 		t.Errorf("b.io: %v", got)
 	}
 }

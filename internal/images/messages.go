@@ -47,6 +47,12 @@ func pulledMessage(image string, pull, total time.Duration, size uint64) string 
 // a present image (feature KubeletEnsureSecretPulledImages off); with it on,
 // upstream adds " and can be accessed by the pod" — podvisor does not check
 // that, so it does not claim it.
+// accessibleMessage is presentMessage once the credential check has let
+// the pod use the image.
+func accessibleMessage(image string) string {
+	return fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", image)
+}
+
 func presentMessage(image string) string {
 	return fmt.Sprintf("Container image %q already present on machine", image)
 }

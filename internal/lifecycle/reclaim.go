@@ -33,11 +33,18 @@ type Reclaim struct {
 	Sandboxes []SandboxRecord
 	// SandboxCreating: a sandbox is being made; it is not in Sandboxes yet.
 	SandboxCreating bool
+	// ProcessesLeft: processes still run in the pod's cgroup although its
+	// containers and sandboxes are stopped — the runtime reports a
+	// container stopped once its first process exits, while the kernel may
+	// still be ending the rest of its PID namespace (seen under load), or a
+	// process left its container. The kubelet's podResourcesAreReclaimed
+	// waits for the pod cgroup to be gone for the same reason.
+	ProcessesLeft bool
 }
 
 // Reclaimed: the pod's termination is complete on the node.
 func (r Reclaim) Reclaimed() bool {
-	if !r.Done || r.SandboxCreating {
+	if !r.Done || r.SandboxCreating || r.ProcessesLeft {
 		return false
 	}
 	for _, sb := range r.Sandboxes {

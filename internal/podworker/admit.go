@@ -16,7 +16,7 @@ func (m *Manager) admit(pod *v1.Pod) *admission.Refusal {
 	if m.cfg.Sysctls != nil {
 		in.Sysctls = m.cfg.Sysctls.Admit
 	}
-	if m.cfg.Runtime != nil && m.cfg.Runtime.Features().Security {
+	if m.cfg.Runtime.Features.Security {
 		in.AppArmor, in.HostAppArmor = true, appArmorEnabled()
 	}
 	if m.cfg.Node != nil {

@@ -77,11 +77,11 @@ func adoptedInstance(pod *v1.Pod, id string, attempt int32, state runtime.State)
 	return st
 }
 
-func newAdoptionManager(t *testing.T, rt runtime.Runtime, objects ...k8sruntime.Object) (*Manager, *statusLog, *fake.Clientset) {
+func newAdoptionManager(t *testing.T, rt testRuntime, objects ...k8sruntime.Object) (*Manager, *statusLog, *fake.Clientset) {
 	t.Helper()
 	client := fake.NewClientset(objects...)
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Status: statuses,
 		Recorder: record.NewFakeRecorder(1000), Client: client})
 	return m, statuses, client
 }

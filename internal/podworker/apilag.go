@@ -29,12 +29,6 @@ const (
 // refusedForLag: a refusal the API server's lagging view of pods explains.
 func refusedForLag(err error) bool { return apierrors.IsForbidden(err) }
 
-// tokenRefusedForLag: for a token request, NodeRestriction also answers
-// NotFound while its cache does not have the pod yet.
-func tokenRefusedForLag(err error) bool {
-	return apierrors.IsForbidden(err) || apierrors.IsNotFound(err)
-}
-
 // untilCaughtUp runs req until it succeeds, fails in a way lagging does not
 // explain, the pod's worker no longer wants its containers started, ctx ends
 // or catchUpLimit passes; it returns req's last error.

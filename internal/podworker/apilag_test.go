@@ -55,7 +55,7 @@ func TestTokenRefusedWhileTheAPIServerLagsIsWaitedFor(t *testing.T) {
 	w.m.workers[pod.UID] = w
 	var calls atomic.Int32
 	refuseTokens(w, 3, &calls)
-	paths, err := w.setupVolumes(context.Background(), pod)
+	paths, err := w.m.vols.SetUp(context.Background(), pod, w.podDir())
 	if err != nil {
 		t.Fatalf("setup: %v (after %d token requests)", err, calls.Load())
 	}
@@ -80,7 +80,7 @@ func TestTokenRefusalForAPodBeingDeletedFailsTheMount(t *testing.T) {
 	w.markGone()
 	var calls atomic.Int32
 	refuseTokens(w, 100, &calls)
-	if _, err := w.setupVolumes(context.Background(), pod); err == nil {
+	if _, err := w.m.vols.SetUp(context.Background(), pod, w.podDir()); err == nil {
 		t.Fatal("setup succeeded")
 	}
 	if n := calls.Load(); n != 1 {
@@ -108,7 +108,7 @@ func TestConfigMapRefusedWhileTheAPIServerLagsIsWaitedFor(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	paths, err := w.setupVolumes(context.Background(), pod)
+	paths, err := w.m.vols.SetUp(context.Background(), pod, w.podDir())
 	if err != nil {
 		t.Fatalf("setup: %v", err)
 	}

@@ -20,11 +20,11 @@ import (
 // included). The round goes on past a removal that fails and returns the
 // failures.
 func (m *Manager) CollectContainers(ctx context.Context, p containergc.Policy) error {
-	sandboxes, err := m.cfg.Runtime.ListSandboxes(ctx)
+	sandboxes, err := m.cfg.Runtime.Sandboxes.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
-	list, err := m.cfg.Runtime.List(ctx)
+	list, err := m.cfg.Runtime.Containers.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
@@ -40,9 +40,9 @@ func (m *Manager) CollectContainers(ctx context.Context, p containergc.Policy) e
 	}
 	for _, id := range plan.Sandboxes {
 		// Stopped first, as upstream: one that died still holds its network.
-		err := m.cfg.Runtime.StopSandbox(ctx, id)
+		err := m.cfg.Runtime.Sandboxes.StopSandbox(ctx, id)
 		if err == nil {
-			err = m.cfg.Runtime.RemoveSandbox(ctx, id)
+			err = m.cfg.Runtime.Sandboxes.RemoveSandbox(ctx, id)
 		}
 		if err != nil && !runtime.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("removing sandbox %s: %w", id, err))
@@ -71,11 +71,11 @@ func (m *Manager) podsHeld() map[string]bool {
 func (m *Manager) removeDead(ctx context.Context, r containergc.Removal) error {
 	pod := r.PodNamespace + "/" + r.PodName
 	if r.Stop {
-		if err := m.cfg.Runtime.Stop(ctx, r.ID, 0); err != nil && !runtime.IsNotFound(err) {
+		if err := m.cfg.Runtime.Containers.Stop(ctx, r.ID, 0); err != nil && !runtime.IsNotFound(err) {
 			return fmt.Errorf("stopping container %s of %s in unknown state: %w", r.ID, pod, err)
 		}
 	}
-	if err := m.cfg.Runtime.Remove(ctx, r.ID); err != nil && !runtime.IsNotFound(err) {
+	if err := m.cfg.Runtime.Containers.Remove(ctx, r.ID); err != nil && !runtime.IsNotFound(err) {
 		return fmt.Errorf("removing container %s of %s: %w", r.ID, pod, err)
 	}
 	m.removeLog(r.LogPath)

@@ -42,7 +42,7 @@ func TestCollectContainersRemovesOlderDeadInstancesAndGonePods(t *testing.T) {
 	}
 	rt.sandboxes["sb-1"] = runtime.SandboxStatus{ID: "sb-1", PodUID: string(pod.UID), State: runtime.SandboxReady, CreatedAt: t0}
 
-	m, err := New(Config{NodeName: "n", PodsDir: podsDir, Runtime: rt,
+	m, err := New(Config{NodeName: "n", PodsDir: podsDir, Runtime: setOf(rt),
 		Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, Recorder: record.NewFakeRecorder(100)})
 	if err != nil {
 		t.Fatal(err)

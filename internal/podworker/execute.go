@@ -75,7 +75,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 			}
 			return
 		}
-		id, err := rt.Create(ctx, spec)
+		id, err := rt.Containers.Create(ctx, spec)
 		if err != nil {
 			w.setWaiting(a.Container, "CreateContainerError", err.Error())
 			w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %v", err)
@@ -93,7 +93,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		// before the allocation changes. (A synced file write here would
 		// cost every container start.)
 		w.mu.Unlock()
-		if st, err := rt.Status(ctx, id); err == nil {
+		if st, err := rt.Containers.Status(ctx, id); err == nil {
 			w.observe(st)
 		}
 		w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeNormal, "Created", "Created container: %s", c.Name)
@@ -105,10 +105,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 // caller holds starting[c.Name] and clears it when this returns.
 func (w *worker) runInstance(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
 	rt := w.m.cfg.Runtime
-	if err := rt.Start(ctx, id); err != nil {
+	if err := rt.Containers.Start(ctx, id); err != nil {
 		w.m.cfg.Recorder.Eventf(podref.Container(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: %v", err)
 	}
-	st, err := rt.Status(ctx, id)
+	st, err := rt.Containers.Status(ctx, id)
 	if err != nil {
 		return
 	}
@@ -299,10 +299,10 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		w.record(pod, timeline.Entry{Kind: timeline.KindSignal, Container: name, State: stopSignalName(c),
 			Message: fmt.Sprintf("grace %v; SIGKILL at +%v if still running", remaining.Round(time.Millisecond), remaining.Round(time.Millisecond))})
 	}
-	if err := w.m.cfg.Runtime.Stop(sctx, id, remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := w.m.cfg.Runtime.Containers.Stop(sctx, id, remaining); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		w.m.cfg.Log.Warn("stopping container", "pod", pod.Namespace+"/"+pod.Name, "container", name, "err", err)
 	}
-	if st, err := w.m.cfg.Runtime.Status(sctx, id); err == nil {
+	if st, err := w.m.cfg.Runtime.Containers.Status(sctx, id); err == nil {
 		if st.State == runtime.StateExited && st.ExitCode == 137 && !st.FinishedAt.Before(signaled.Add(remaining-50*time.Millisecond)) {
 			// Still running when the grace period ended: killed.
 			w.record(pod, timeline.Entry{Time: st.FinishedAt, Kind: timeline.KindSignal, Container: name, State: "SIGKILL",
@@ -473,7 +473,7 @@ func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
 			w.m.cfg.Clock.AfterFunc(grace, cancel)
 		}
 		go func() {
-			_ = w.m.cfg.Runtime.Stop(context.Background(), id, lifecycle.KillAfter(grace, 0))
+			_ = w.m.cfg.Runtime.Containers.Stop(context.Background(), id, lifecycle.KillAfter(grace, 0))
 		}()
 	}
 }

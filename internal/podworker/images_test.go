@@ -37,12 +37,6 @@ func newImageRuntime() *imageRuntime {
 	return &imageRuntime{fakeRuntime: newFakeRuntime(), Images: runtimetest.NewImages()}
 }
 
-func (r *imageRuntime) Features() runtime.Features {
-	f := r.fakeRuntime.Features()
-	f.Images = true
-	return f
-}
-
 func (r *imageRuntime) Create(ctx context.Context, s runtime.ContainerSpec) (string, error) {
 	r.mu.Lock()
 	r.specs = append(r.specs, s)
@@ -94,7 +88,7 @@ type imageFixture struct {
 func newImageFixture(t *testing.T) *imageFixture {
 	f := &imageFixture{rt: newImageRuntime(), clock: clocktesting.NewFakeClock(time.Now()),
 		statuses: &statusLog{last: map[types.UID]v1.PodStatus{}}, rec: record.NewFakeRecorder(1000)}
-	f.m = startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: f.rt, Clock: f.clock,
+	f.m = startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(f.rt), Clock: f.clock,
 		Status: f.statuses, Recorder: f.rec})
 	return f
 }
@@ -287,7 +281,7 @@ func TestImagePullUsesThePodsPullSecret(t *testing.T) {
 	alice := runtime.RegistryAuth{Username: "alice", Password: "s3cret"}
 	rt.AddRemote("registry.example.com/team/app:v1", testImage, &alice)
 	rec := record.NewFakeRecorder(100)
-	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: &statusLog{last: map[types.UID]v1.PodStatus{}},
+	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Status: &statusLog{last: map[types.UID]v1.PodStatus{}},
 		Recorder: rec, Client: fake.NewClientset(cred)})
 	if err != nil {
 		t.Fatal(err)

@@ -55,11 +55,15 @@ type Config struct {
 	MaxPods  int32
 	// ParallelImagePulls bounds the image pulls at once (images.Config).
 	ParallelImagePulls int
-	Allocatable        func() v1.ResourceList
+	// ImagePullRecordsDir keeps what the pulled-image credential check
+	// knows (images.PullRecords); empty: the check is off.
+	ImagePullRecordsDir string
+	ImageVerification   images.Verification
+	Allocatable         func() v1.ResourceList
 	// Node returns this node as the API has it (labels, taints, allocatable)
 	// for admission; nil: admission knows only Allocatable.
 	Node    func() (*v1.Node, error)
-	Runtime runtime.Runtime
+	Runtime runtime.Set
 	Prober  Prober     // nil: no probes run
 	Hooks   HookRunner // nil: hooks are not run
 	Status  StatusWriter
@@ -92,11 +96,14 @@ type Timeline interface {
 	Record(pod timeline.Pod, entries ...timeline.Entry)
 }
 
-// PodCgroups makes a pod's cgroup with its limits, and removes it
-// (podcgroup.Manager).
+// PodCgroups makes a pod's cgroup with its limits, counts its processes,
+// and removes it (podcgroup.Manager).
 type PodCgroups interface {
 	Ensure(parent string, l podcgroup.Limits) error
 	Remove(parent string) error
+	// Processes counts the tasks in the cgroup; an error for one that is
+	// gone.
+	Processes(parent string) (int64, error)
 }
 
 // DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and
@@ -120,7 +127,8 @@ type Manager struct {
 	orphans map[types.UID]*adopted
 	// runtimeName is the scheme of container IDs in pod status.
 	runtimeName string
-	vols        *volumeManager
+	vols        Volumes
+	watches     *objectWatches
 	// images pulls containers' images; nil for a runtime without images.
 	images *images.Manager
 	// extraAdmit, when set, may reject a new pod after the node's checks.
@@ -129,8 +137,11 @@ type Manager struct {
 
 // New validates cfg and builds the manager. Call Start before feeding pods.
 func New(cfg Config) (*Manager, error) {
-	if cfg.Runtime == nil || cfg.Status == nil || cfg.Recorder == nil || cfg.PodsDir == "" {
+	if cfg.Status == nil || cfg.Recorder == nil || cfg.PodsDir == "" {
 		return nil, fmt.Errorf("podworker: runtime, status, recorder and pods dir are required")
+	}
+	if err := cfg.Runtime.Check(); err != nil {
+		return nil, fmt.Errorf("podworker: %w", err)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -145,17 +156,25 @@ func New(cfg Config) (*Manager, error) {
 		cfg.HostIP = "127.0.0.1"
 	}
 	m := &Manager{cfg: cfg, workers: map[types.UID]*worker{}, orphans: map[types.UID]*adopted{}, runtimeName: "podvisor"}
-	m.vols = newVolumeManager(m)
-	if cfg.Runtime.Features().Images {
-		store, ok := cfg.Runtime.(runtime.Images)
-		if !ok {
-			return nil, fmt.Errorf("podworker: the runtime runs images but does not implement runtime.Images")
-		}
+	m.watches = newObjectWatches(m)
+	if store := cfg.Runtime.Images; store != nil {
 		var err error
-		if m.images, err = images.New(images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls, PullTimes: cfg.PullTimes}); err != nil {
+		icfg := images.Config{Images: store, Recorder: cfg.Recorder, Clock: cfg.Clock, Log: cfg.Log, ParallelPulls: cfg.ParallelImagePulls,
+			Verification: cfg.ImageVerification, PullTimes: cfg.PullTimes}
+		if cfg.ImagePullRecordsDir != "" {
+			if icfg.Records, err = images.OpenPullRecords(cfg.ImagePullRecordsDir); err != nil {
+				return nil, err
+			}
+		}
+		if m.images, err = images.New(icfg); err != nil {
 			return nil, err
 		}
 	}
+	vols, err := newVolumes(m)
+	if err != nil {
+		return nil, err
+	}
+	m.vols = vols
 	return m, nil
 }
 
@@ -164,16 +183,13 @@ func New(cfg Config) (*Manager, error) {
 // existing instances are indexed.
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
-	info, err := m.cfg.Runtime.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("runtime: %w", err)
-	}
-	m.runtimeName = info.Name
-	sandboxes, err := m.cfg.Runtime.ListSandboxes(ctx)
+	m.vols.Start(ctx)
+	m.runtimeName = m.cfg.Runtime.Info.Name
+	sandboxes, err := m.cfg.Runtime.Sandboxes.ListSandboxes(ctx)
 	if err != nil {
 		return fmt.Errorf("listing sandboxes: %w", err)
 	}
-	list, err := m.cfg.Runtime.List(ctx)
+	list, err := m.cfg.Runtime.Containers.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
@@ -196,7 +212,7 @@ func (m *Manager) routeEvents(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-m.cfg.Runtime.Events():
+		case ev, ok := <-m.cfg.Runtime.Events:
 			if !ok {
 				return
 			}
@@ -235,7 +251,7 @@ func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
 	if ev.Sandbox {
 		return m.routeSandboxEvent(ctx, ev)
 	}
-	st, err := m.cfg.Runtime.Status(ctx, ev.ID)
+	st, err := m.cfg.Runtime.Containers.Status(ctx, ev.ID)
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
@@ -248,7 +264,7 @@ func (m *Manager) route(ctx context.Context, ev runtime.Event) bool {
 
 // routeSandboxEvent is route for a sandbox's event.
 func (m *Manager) routeSandboxEvent(ctx context.Context, ev runtime.Event) bool {
-	st, err := m.cfg.Runtime.SandboxStatus(ctx, ev.ID)
+	st, err := m.cfg.Runtime.Sandboxes.SandboxStatus(ctx, ev.ID)
 	if err != nil {
 		return runtime.IsNotFound(err)
 	}
@@ -401,12 +417,12 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		for _, s := range a.containers {
 			if s.State == runtime.StateRunning || s.State == runtime.StateCreated {
 				m.cfg.Log.Info("killing container of a pod the API no longer has", "podUID", uid, "pod", s.PodNamespace+"/"+s.PodName, "container", s.Name)
-				_ = m.cfg.Runtime.Stop(ctx, s.ID, 0)
+				_ = m.cfg.Runtime.Containers.Stop(ctx, s.ID, 0)
 			}
-			_ = m.cfg.Runtime.Remove(ctx, s.ID)
+			_ = m.cfg.Runtime.Containers.Remove(ctx, s.ID)
 		}
 		for _, sb := range a.sandboxes {
-			_ = m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
+			_ = m.cfg.Runtime.Sandboxes.RemoveSandbox(ctx, sb.ID)
 		}
 		m.removeOrphanCgroup(uid)
 	}
@@ -451,7 +467,7 @@ func (m *Manager) removeUnknownPodDirs() {
 	m.mu.Unlock()
 	for _, e := range entries {
 		if !known[e.Name()] {
-			unmountUnder(filepath.Join(m.cfg.PodsDir, e.Name()))
+			m.vols.TearDown(filepath.Join(m.cfg.PodsDir, e.Name()))
 			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
 		}
 	}
@@ -484,6 +500,7 @@ func (m *Manager) removeWorker(uid types.UID) {
 	m.mu.Lock()
 	delete(m.workers, uid)
 	m.mu.Unlock()
+	m.watches.prune(func(uid types.UID) bool { return m.worker(uid) != nil })
 	m.cfg.Status.Forget(uid)
 	m.retryDeferredResizes(uid) // its resources are free
 }

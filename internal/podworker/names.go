@@ -40,7 +40,7 @@ func (m *Manager) podDNS(pod *v1.Pod) (*runtime.DNSConfig, error) {
 // etc-hosts), unless the container mounts its own; ok is false when it gets
 // none (the process runtime: containers see the node's).
 func (w *worker) etcHostsMount(pod *v1.Pod, c *v1.Container, podIP string) (m runtime.Mount, ok bool, err error) {
-	if !w.m.cfg.Runtime.Features().PodNetwork || podnames.MountsOwnEtcHosts(c) || (podIP == "" && !pod.Spec.HostNetwork) {
+	if !w.m.cfg.Runtime.Features.PodNetwork || podnames.MountsOwnEtcHosts(c) || (podIP == "" && !pod.Spec.HostNetwork) {
 		return m, false, nil
 	}
 	var content []byte

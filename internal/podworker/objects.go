@@ -21,8 +21,7 @@ import (
 // (the node may only read objects its pods use): when one appears or changes,
 // the workers of the pods using it retry a container held back by it at once
 // (instead of after the 10 s config-error back-off) and rewrite the volumes
-// that project it. A watch lives while a worker of a pod that used it does;
-// resyncVolumes drops the others.
+// that project it. A watch lives while a worker of a pod that used it does.
 
 type objectKind string
 
@@ -48,6 +47,10 @@ type objectWatches struct {
 
 	mu      sync.Mutex
 	watches map[objectKey]*objectWatch
+}
+
+func newObjectWatches(m *Manager) *objectWatches {
+	return &objectWatches{m: m, watches: map[objectKey]*objectWatch{}}
 }
 
 // use records that pod uid uses the object, watching it from now on.
@@ -134,7 +137,7 @@ func (m *Manager) objectChanged(key objectKey) {
 			continue
 		}
 		w.retryConfigNow()
-		m.volumes().kick(w.uid)
+		m.vols.Refresh(w.uid)
 	}
 }
 
@@ -213,7 +216,7 @@ func (m *Manager) getConfigMap(ctx context.Context, uid types.UID, ns, name stri
 	if m.cfg.Client == nil {
 		return nil, fmt.Errorf("couldn't get configMap %v/%v, no kubeClient defined", ns, name)
 	}
-	m.volumes().watches.use(uid, objectKey{kindConfigMap, ns, name})
+	m.watches.use(uid, objectKey{kindConfigMap, ns, name})
 	var cm *v1.ConfigMap
 	err := m.untilCaughtUp(ctx, uid, "get configmap "+name, refusedForLag, func() (err error) {
 		cm, err = m.cfg.Client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
@@ -230,7 +233,7 @@ func (m *Manager) getSecret(ctx context.Context, uid types.UID, ns, name string)
 	if m.cfg.Client == nil {
 		return nil, fmt.Errorf("couldn't get secret %v/%v, no kubeClient defined", ns, name)
 	}
-	m.volumes().watches.use(uid, objectKey{kindSecret, ns, name})
+	m.watches.use(uid, objectKey{kindSecret, ns, name})
 	var s *v1.Secret
 	err := m.untilCaughtUp(ctx, uid, "get secret "+name, refusedForLag, func() (err error) {
 		s, err = m.cfg.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})

@@ -36,7 +36,7 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		rt := w.m.cfg.Runtime
 		if n := len(list); n > 0 && list[n-1].State != runtime.StateExited {
 			w.m.cfg.Recorder.Event(podref.Container(pod, a.Container), v1.EventTypeNormal, "Killing", a.Message)
-			if err := rt.Stop(sctx, list[n-1].ID, lifecycle.MinStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			if err := rt.Containers.Stop(sctx, list[n-1].ID, lifecycle.MinStopGrace); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 				w.m.cfg.Log.Warn("stopping container for RestartAllContainers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container, "err", err)
 			}
 		}

@@ -210,7 +210,7 @@ func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []li
 }
 
 func (w *worker) actuate(ctx context.Context, before, pod *v1.Pod, actions []lifecycle.Action, ids map[string]string) error {
-	limits := w.m.cfg.Runtime.Features().Limits
+	limits := w.m.cfg.Runtime.Features.Limits
 	if limits {
 		// Before anything changes, as upstream: no half-done resize.
 		if err := w.checkMemoryDecreases(ctx, before, actions, ids); err != nil {
@@ -226,7 +226,7 @@ func (w *worker) actuate(ctx context.Context, before, pod *v1.Pod, actions []lif
 		spec := *c
 		spec.Resources = *a.Resources
 		if limits {
-			if err := w.m.cfg.Runtime.UpdateResources(ctx, id, containerspec.Resources(&spec)); err != nil {
+			if err := w.m.cfg.Runtime.Containers.UpdateResources(ctx, id, containerspec.Resources(&spec)); err != nil {
 				if runtime.IsConflict(err) && !w.isRunning(a.Container, id) {
 					continue // it exited meanwhile: its next instance gets the allocation
 				}
@@ -285,7 +285,7 @@ func (w *worker) checkMemoryDecreases(ctx context.Context, before *v1.Pod, actio
 		if !have.IsZero() && want.Cmp(have) >= 0 {
 			continue // not lowered
 		}
-		u, err := w.m.cfg.Runtime.Usage(ctx, ids[a.Container])
+		u, err := w.m.cfg.Runtime.Stats.Usage(ctx, ids[a.Container])
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("missing container %q memory usage", a.Container))
 			continue

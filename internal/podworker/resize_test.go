@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/podvisor/podvisor/internal/podcgroup"
-	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 func resizablePod(name, cpu, mem string) *v1.Pod {
@@ -88,10 +87,10 @@ type managerRun struct {
 	stop     context.CancelFunc
 }
 
-func runManager(t *testing.T, rt runtime.Runtime, dir string, alloc v1.ResourceList, cg ...PodCgroups) managerRun {
+func runManager(t *testing.T, rt testRuntime, dir string, alloc v1.ResourceList, cg ...PodCgroups) managerRun {
 	t.Helper()
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	cfg := Config{NodeName: "n", PodsDir: dir, Runtime: rt, Status: statuses, Recorder: record.NewFakeRecorder(1000),
+	cfg := Config{NodeName: "n", PodsDir: dir, Runtime: setOf(rt), Status: statuses, Recorder: record.NewFakeRecorder(1000),
 		Allocatable: func() v1.ResourceList { return alloc }}
 	if len(cg) > 0 {
 		cfg.Cgroups = cg[0]
@@ -210,6 +209,8 @@ type cgroupWrite struct {
 	l         podcgroup.Limits
 	instances int
 }
+
+func (c *podCgroupLog) Processes(string) (int64, error) { return 0, nil }
 
 func (c *podCgroupLog) Ensure(_ string, l podcgroup.Limits) error {
 	c.rt.mu.Lock()

@@ -128,11 +128,11 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		spec, err := w.m.sandboxSpec(pod, attempt, w.podDir())
 		var id string
 		if err == nil {
-			id, err = rt.RunSandbox(ctx, spec)
+			id, err = rt.Sandboxes.RunSandbox(ctx, spec)
 		}
 		var st runtime.SandboxStatus
 		if err == nil {
-			st, err = rt.SandboxStatus(ctx, id)
+			st, err = rt.Sandboxes.SandboxStatus(ctx, id)
 		}
 		w.mu.Lock()
 		w.sandboxBusy = false
@@ -151,7 +151,7 @@ func (w *worker) runSandbox(ctx context.Context, pod *v1.Pod) {
 		}
 		w.mu.Unlock()
 		if err == nil && finished {
-			if err := rt.RemoveSandbox(ctx, id); err != nil && !runtime.IsNotFound(err) {
+			if err := rt.Sandboxes.RemoveSandbox(ctx, id); err != nil && !runtime.IsNotFound(err) {
 				w.m.cfg.Log.Warn("removing the sandbox of a pod that went while it was made", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
 			}
 			w.removeCgroup(pod) // finish could not: the sandbox ran in it
@@ -181,7 +181,7 @@ func (w *worker) stopSandboxes(ctx context.Context, pod *v1.Pod, keep string) {
 	w.mu.Unlock()
 	all := true
 	for _, id := range ids {
-		err := w.m.cfg.Runtime.StopSandbox(ctx, id)
+		err := w.m.cfg.Runtime.Sandboxes.StopSandbox(ctx, id)
 		if err != nil && !runtime.IsNotFound(err) {
 			all = false
 			w.m.cfg.Log.Warn("stopping pod sandbox, will retry", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
@@ -236,7 +236,7 @@ func (w *worker) removeSandboxes(ctx context.Context, pod *v1.Pod) {
 	defer w.removeCgroup(pod)
 	for _, sb := range list {
 		for try := 1; ; try++ {
-			err := w.m.cfg.Runtime.RemoveSandbox(ctx, sb.ID)
+			err := w.m.cfg.Runtime.Sandboxes.RemoveSandbox(ctx, sb.ID)
 			if err == nil || runtime.IsNotFound(err) {
 				break
 			}
@@ -273,7 +273,7 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 			return spec, err
 		}
 	}
-	if m.cfg.Runtime.Features().Security {
+	if m.cfg.Runtime.Features.Security {
 		if err := podsecurity.Sandbox(pod, m.cfg.Security, &spec); err != nil {
 			return spec, err
 		}
@@ -285,7 +285,7 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 			return spec, err
 		}
 	}
-	if m.cfg.Runtime.Features().PodNetwork {
+	if m.cfg.Runtime.Features.PodNetwork {
 		// On the process runtime every pod resolves as the node does.
 		dns, err := m.podDNS(pod)
 		if err != nil {

@@ -40,7 +40,7 @@ func TestSandboxComesFirstAndGoesWithThePod(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.sandboxIP = "10.88.0.7"
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", HostIP: "192.0.2.1", PodsDir: t.TempDir(), Runtime: rt,
+	m := startManager(t, Config{NodeName: "n", HostIP: "192.0.2.1", PodsDir: t.TempDir(), Runtime: setOf(rt),
 		Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("web")
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "d", Command: []string{"sleep", "3600"}})
@@ -79,7 +79,7 @@ func TestSandboxFailureIsRetried(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	rec := record.NewFakeRecorder(100)
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Clock: clk,
 		Status: statuses, Recorder: rec})
 	pod := testPod("web")
 	m.UpdatePod(pod)
@@ -117,7 +117,7 @@ func TestDeadSandboxIsReplaced(t *testing.T) {
 	rt := newFakeRuntime()
 	rec := record.NewFakeRecorder(100)
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses, Recorder: rec})
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Status: statuses, Recorder: rec})
 	pod := testPod("web")
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Command: []string{"true"}}}
 	m.UpdatePod(pod)
@@ -190,7 +190,7 @@ func TestFailedSandboxStopIsRetried(t *testing.T) {
 	rt.stopFailures = 1
 	clk := clocktesting.NewFakeClock(time.Now())
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Clock: clk,
 		Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("job")
 	pod.Spec.RestartPolicy = v1.RestartPolicyNever
@@ -235,7 +235,7 @@ func TestDeleteWaitsForTheSandboxStop(t *testing.T) {
 			}
 		}
 	}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Clock: clk,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Clock: clk,
 		Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("web")
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
@@ -287,7 +287,7 @@ func TestSandboxMadeAfterThePodWentIsRemoved(t *testing.T) {
 	gate := make(chan struct{})
 	rt.sandboxGate = gate
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt),
 		Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("web")
 	m.UpdatePod(pod)
@@ -322,7 +322,7 @@ func TestSandboxGetsThePodsNamesAndDNS(t *testing.T) {
 	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\nsearch corp.example\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Recorder: rec,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Recorder: rec,
 		Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, DNS: DNSConfig{ClusterDomain: "cluster.local", ResolvConf: resolv}})
 	pod := testPod("web")
 	pod.Spec.Hostname, pod.Spec.Subdomain, pod.Spec.SetHostnameAsFQDN = "w-0", "web", ptr.To(true)
@@ -356,7 +356,7 @@ func TestSandboxGetsThePodsNamesAndDNS(t *testing.T) {
 func TestExitReadAgainWhenTheStatusReadFails(t *testing.T) {
 	rt := newFakeRuntime()
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("job")
 	pod.Spec.RestartPolicy = v1.RestartPolicyNever
 	m.UpdatePod(pod)
@@ -393,4 +393,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-var _ runtime.Runtime = (*fakeRuntime)(nil)
+var _ testRuntime = (*fakeRuntime)(nil)

@@ -16,20 +16,22 @@ import (
 	"github.com/podvisor/podvisor/internal/lifecycle"
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/volume"
 )
 
 // buildSpec turns a container of the pod into what the runtime needs, with
 // the pod's volumes set up first. Every way it can fail is a configError
 // that the user sees on the container.
 func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, attempt int32) (runtime.ContainerSpec, error) {
-	features := w.m.cfg.Runtime.Features()
-	if len(c.Command) == 0 && !features.Images {
+	features := w.m.cfg.Runtime.Features
+	hasImages := w.m.cfg.Runtime.Images != nil
+	if len(c.Command) == 0 && !hasImages {
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf(
 			"container %q has no command: the process runtime runs host processes and has no image to supply an entrypoint; set command", c.Name)}
 	}
-	if (c.Stdin || c.TTY) && !features.Stdin {
+	if (c.Stdin || c.TTY) && w.m.cfg.Runtime.Streams == nil { // nobody could attach to it
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf(
-			"container %q: stdin and tty need a runtime that keeps a container's stdin (the process runtime does not: use --runtime=containerd)", c.Name)}
+			"container %q: stdin and tty need a runtime that can attach to a container's main process, and this one has no interactive sessions", c.Name)}
 	}
 	if !features.Security {
 		if what := podsecurity.Unenforceable(pod, c); what != "" {
@@ -37,8 +39,8 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 				"container %q: %s cannot be honoured by the process runtime, whose containers are host processes (use --runtime=containerd)", c.Name, what)}
 		}
 	}
-	if !features.Images {
-		if why := imageVolumeUnsupported(pod, c); why != "" {
+	if !hasImages {
+		if why := volume.ImageVolumeUnsupported(pod, c); why != "" {
 			return runtime.ContainerSpec{}, configError{Msg: why}
 		}
 	}
@@ -50,13 +52,13 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf("container %q: runAsUser, runAsGroup and supplementalGroups need the agent to run as root", c.Name)}
 	}
 	// Volumes first: upstream mounts them before it looks at any container.
-	paths, err := w.setupVolumes(ctx, pod)
+	paths, err := w.m.vols.SetUp(ctx, pod, w.podDir())
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
 	// Then the images of its image volumes and its own, before the
 	// container's configuration, as upstream.
-	imageIDs, err := w.ensureImageVolumes(ctx, pod, c)
+	imageIDs, err := w.m.vols.EnsureImages(ctx, pod, c)
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -95,11 +97,11 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	if err != nil {
 		return runtime.ContainerSpec{}, configError{Msg: fmt.Sprintf("container %q: command or args %v", c.Name, err)}
 	}
-	if !features.Images {
+	if !hasImages {
 		// No image to supply an entrypoint: args follow the command.
 		cmd, args = append(cmd, args...), nil
 	}
-	mounts, err := containerMounts(pod, c, paths, imageIDs, lookup, features)
+	mounts, err := w.m.vols.Mounts(pod, c, paths, imageIDs, lookup, volume.Runtime{Images: hasImages, Mounts: features.Mounts})
 	if err != nil {
 		return runtime.ContainerSpec{}, err
 	}
@@ -165,7 +167,7 @@ func (m *Manager) containerEnv(ctx context.Context, pod *v1.Pod, c *v1.Container
 		return nil, err
 	}
 	in := containerspec.EnvInput{Pod: pod, Container: c, PodIP: podIP, HostIP: m.cfg.HostIP, Services: services,
-		HostProcess: !m.cfg.Runtime.Features().Images}
+		HostProcess: m.cfg.Runtime.Images == nil}
 	if m.cfg.Allocatable != nil && slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
 		return e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil
 	}) {

@@ -23,10 +23,10 @@ import (
 
 func envManager(objects ...k8sruntime.Object) *Manager {
 	cs := fake.NewClientset(objects...)
-	m := &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Runtime: newFakeRuntime(), Allocatable: func() v1.ResourceList {
+	m := &Manager{cfg: Config{Client: cs, HostIP: "10.0.0.7", Runtime: setOf(newFakeRuntime()), Allocatable: func() v1.ResourceList {
 		return v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
 	}}}
-	m.vols = newVolumeManager(m)
+	m.watches = newObjectWatches(m)
 	return m
 }
 

@@ -1,7 +1,6 @@
 package podworker
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -16,65 +15,6 @@ import (
 
 func imageVolume(name, ref string, policy v1.PullPolicy) v1.Volume {
 	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: ref, PullPolicy: policy}}}
-}
-
-// An image volume's mount is the image by its ID, read-only whatever the
-// volumeMount says, with subPath (or the expanded subPathExpr) checked as
-// upstream's makeMounts and left to the runtime to resolve in the image.
-func TestImageVolumeMounts(t *testing.T) {
-	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{imageVolume("img", "kitten:1.8", "")}}}
-	ids := map[string]string{"img": "sha256:k1773n"}
-	for _, tc := range []struct {
-		name  string
-		mount v1.VolumeMount
-		want  runtime.Mount
-		err   string
-	}{
-		{"whole image", v1.VolumeMount{Name: "img", MountPath: "/volume"},
-			runtime.Mount{ContainerPath: "/volume", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8"}, ""},
-		{"read-only always", v1.VolumeMount{Name: "img", MountPath: "/volume", ReadOnly: false},
-			runtime.Mount{ContainerPath: "/volume", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8"}, ""},
-		{"subPath", v1.VolumeMount{Name: "img", MountPath: "/etc-of-kitten", SubPath: "etc"},
-			runtime.Mount{ContainerPath: "/etc-of-kitten", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8", ImageSubPath: "etc"}, ""},
-		{"subPathExpr", v1.VolumeMount{Name: "img", MountPath: "/d", SubPathExpr: "$(DIR)/x"},
-			runtime.Mount{ContainerPath: "/d", ReadOnly: true, Image: "sha256:k1773n", ImageName: "kitten:1.8", ImageSubPath: "etc/x"}, ""},
-		{"absolute subPath", v1.VolumeMount{Name: "img", MountPath: "/d", SubPath: "/etc"}, runtime.Mount{},
-			"error SubPath `/etc` must not be an absolute path"},
-		{"subPath with ..", v1.VolumeMount{Name: "img", MountPath: "/d", SubPath: "etc/../../x"}, runtime.Mount{},
-			"unable to provision SubPath `etc/../../x`: must not contain '..'"},
-	} {
-		c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{tc.mount}}
-		got, err := containerMounts(pod, c, map[string]string{"img": ""}, ids, map[string]string{"DIR": "etc"}, runtime.Features{Mounts: true, Images: true})
-		if tc.err != "" {
-			var ce configError
-			if !errors.As(err, &ce) || err.Error() != tc.err {
-				t.Errorf("%s: err %v, want the config error %q", tc.name, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || len(got) != 1 || got[0] != tc.want {
-			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
-		}
-	}
-}
-
-// Only the image volumes a container mounts are its business, each once.
-func TestMountedImageVolumes(t *testing.T) {
-	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{
-		imageVolume("a", "a:1", ""), {Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
-		imageVolume("b", "b:1", ""), imageVolume("unused", "u:1", ""),
-	}}}
-	c := &v1.Container{Name: "c", VolumeMounts: []v1.VolumeMount{{Name: "b"}, {Name: "e"}, {Name: "a"}, {Name: "b", SubPath: "x"}}}
-	var names []string
-	for _, v := range mountedImageVolumes(pod, c) {
-		names = append(names, v.Name)
-	}
-	if !slices.Equal(names, []string{"a", "b"}) {
-		t.Errorf("mounted image volumes %v, want [a b]", names)
-	}
-	if why := imageVolumeUnsupported(pod, &v1.Container{Name: "c"}); why != "" {
-		t.Errorf("a container without image volumes: %q", why)
-	}
 }
 
 // With images: the volume's image is ensured with its own pull policy
@@ -141,7 +81,7 @@ func TestImageVolumePullFailureIsTheContainersWaitingReason(t *testing.T) {
 // that can; the pod's other containers run.
 func TestImageVolumeOnTheProcessRuntimeIsAConfigError(t *testing.T) {
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: statuses, Recorder: record.NewFakeRecorder(100)})
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(newFakeRuntime()), Status: statuses, Recorder: record.NewFakeRecorder(100)})
 	pod := testPod("procvol")
 	pod.Spec.Volumes = []v1.Volume{imageVolume("volume", "kitten:1.8", "")}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "other", Command: []string{"sleep", "3600"}})

@@ -346,8 +346,10 @@ func (w *worker) sync(ctx context.Context) {
 		// The final delete waits for the pod's termination to be complete
 		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
 		// again sandboxRetry later, and the delete follows then.
-		if !gone && lifecycle.MayDelete(pod, w.reclaim(plan)) {
+		if r := w.reclaim(pod, plan); !gone && lifecycle.MayDelete(pod, r) {
 			w.m.cfg.Status.Set(pod, plan.Status, true)
+		} else if !gone && pod.DeletionTimestamp != nil && r.ProcessesLeft {
+			w.wakeAfter(processesLeftPoll) // no event says when they are gone
 		}
 	} else {
 		w.stopOldSandboxes(ctx, pod)
@@ -364,15 +366,24 @@ func (w *worker) sync(ctx context.Context) {
 // reclaim is what the worker recorded of the pod's resources, for the
 // final delete: filled again by a new agent, whose stopSandboxes stops (again)
 // every sandbox it adopted.
-func (w *worker) reclaim(plan lifecycle.Plan) lifecycle.Reclaim {
+func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy}
 	for _, sb := range w.sandboxes {
 		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
 	}
+	w.mu.Unlock()
+	if r.Reclaimed() && w.m.cfg.Cgroups != nil {
+		// Only once the rest is done: the count is read from the cgroup.
+		n, err := w.m.cfg.Cgroups.Processes(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
+		r.ProcessesLeft = err == nil && n > 0
+	}
 	return r
 }
+
+// processesLeftPoll is how often a terminated pod's cgroup is read again
+// while processes are left in it.
+const processesLeftPoll = 100 * time.Millisecond
 
 // finish removes everything of the pod from the node and ends the worker.
 func (w *worker) finish(ctx context.Context) {
@@ -391,7 +402,7 @@ func (w *worker) finish(ctx context.Context) {
 	w.mu.Unlock()
 	w.removeInstances(ctx, pod, ids)
 	w.removeSandboxes(ctx, pod)
-	w.teardownVolumes()
+	w.m.vols.TearDown(w.podDir())
 	_ = os.RemoveAll(w.podDir())
 	w.m.removeWorker(w.uid)
 }
@@ -403,7 +414,7 @@ func (w *worker) removeInstances(ctx context.Context, pod *v1.Pod, ids []string)
 		if w.m.cfg.Prober != nil {
 			w.m.cfg.Prober.RemoveContainer(id)
 		}
-		if err := w.m.cfg.Runtime.Remove(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := w.m.cfg.Runtime.Containers.Remove(ctx, id); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			w.m.cfg.Log.Warn("removing container", "pod", pod.Namespace+"/"+pod.Name, "id", id, "err", err)
 		}
 	}

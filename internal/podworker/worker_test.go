@@ -36,7 +36,6 @@ type fakeRuntime struct {
 	// stopFailures StopSandbox calls fail first (as a CNI DEL can).
 	stopFailures int
 	podNetwork   bool // Features.PodNetwork
-	images       bool // Features.Images
 	// statusFailures Status calls of exited instances fail first (a
 	// runtime slow to answer).
 	statusFailures int
@@ -62,12 +61,29 @@ func newFakeRuntime() *fakeRuntime {
 		sandboxStops: map[string]int{}, events: make(chan runtime.Event, 100), specs: map[string]runtime.Resources{}}
 }
 
-func (f *fakeRuntime) Info(context.Context) (runtime.Info, error) {
-	return runtime.Info{Name: "podvisor", Version: "fake"}, nil
+func (f *fakeRuntime) Features() runtime.Features {
+	return runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: f.podNetwork}
 }
 
-func (f *fakeRuntime) Features() runtime.Features {
-	return runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: f.podNetwork, Images: f.images}
+// testRuntime is what fakeRuntime and the fakes built on it implement.
+type testRuntime interface {
+	runtime.Containers
+	runtime.Sandboxes
+	runtime.Executor
+	runtime.Stats
+	Events() <-chan runtime.Event
+	Features() runtime.Features
+}
+
+// setOf is the runtime set of a fake: every concern of r, with Images
+// when r has an image store (imageRuntime).
+func setOf(r testRuntime) runtime.Set {
+	s := runtime.Set{Info: runtime.Info{Name: "podvisor", Version: "fake"}, Features: r.Features(),
+		Containers: r, Sandboxes: r, Exec: r, Stats: r, Events: r.Events()}
+	if im, ok := r.(runtime.Images); ok {
+		s.Images = im
+	}
+	return s
 }
 
 func (f *fakeRuntime) RunSandbox(_ context.Context, s runtime.SandboxSpec) (string, error) {
@@ -260,7 +276,7 @@ func TestPanicInOnePodSparesTheOthers(t *testing.T) {
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
 	rec := record.NewFakeRecorder(100)
 	m, err := New(Config{
-		NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(),
+		NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(newFakeRuntime()),
 		Status: statuses, Recorder: rec,
 	})
 	if err != nil {
@@ -317,7 +333,7 @@ func (blockingHooks) Run(ctx context.Context, _ hook.Kind, _ *v1.Pod, _ *v1.Cont
 func TestDeletionCutsAHangingPostStartShort(t *testing.T) {
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
 	rt := newFakeRuntime()
-	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: rt, Status: statuses,
+	m, err := New(Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Status: statuses,
 		Recorder: record.NewFakeRecorder(100), Hooks: blockingHooks{}})
 	if err != nil {
 		t.Fatal(err)
@@ -348,7 +364,7 @@ func TestDeletionCutsAHangingPostStartShort(t *testing.T) {
 // budget ends at once, and the pod stops.
 func TestAgentTerminationShortensADeletionInFlight(t *testing.T) {
 	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
-	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: newFakeRuntime(), Status: statuses,
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(newFakeRuntime()), Status: statuses,
 		Recorder: record.NewFakeRecorder(100), Hooks: blockingHooks{}})
 	pod := testPod("evicted")
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 3600}}}

@@ -2,7 +2,6 @@ package probe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/podvisor/podvisor/internal/timeline"
 	"log/slog"
@@ -20,15 +19,13 @@ import (
 
 // ExecFunc runs cmd in the container's context, killing it after timeout.
 // output is its combined stdout and stderr; exitCode 0 is success. err != nil
-// means the command did not complete: when it timed out, err must match
-// ErrTimeout or context.DeadlineExceeded with errors.Is (or implement
-// Timeout() bool returning true) and the probe counts as a Failure; any other
+// means the command did not complete: when it timed out, err must be of
+// the runtime's class runtime.ErrTimeout (runtime.IsTimeout, which takes
+// context.DeadlineExceeded too; or implement Timeout() bool returning true)
+// and the probe counts as a Failure; any other
 // error (the command could not be started, e.g. not found) makes the probe
 // Unknown, as upstream with a CRI runtime.
 type ExecFunc func(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (output []byte, exitCode int, err error)
-
-// ErrTimeout is what an ExecFunc wraps when the command ran past its timeout.
-var ErrTimeout = errors.New("probe command timed out")
 
 // Update is one container's new verdict.
 type Update struct {

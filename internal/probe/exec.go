@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // maxOutput bounds the output kept from a probe, as upstream (10 KiB).
@@ -44,7 +46,7 @@ func (a *execAction) run(ctx context.Context) outcome {
 }
 
 func isTimeout(err error) bool {
-	if errors.Is(err, ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+	if runtime.IsTimeout(err) {
 		return true
 	}
 	var t interface{ Timeout() bool }

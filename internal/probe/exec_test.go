@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // hostExec runs probe commands as host processes, as the process runtime does.
@@ -16,7 +18,7 @@ func hostExec(ctx context.Context, _ string, cmd []string, timeout time.Duration
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return out, -1, ErrTimeout
+		return out, -1, runtime.ErrTimeout
 	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/expansion"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // §6: failureThreshold consecutive failures make the container unhealthy,
@@ -254,7 +255,7 @@ func TestExecErrors(t *testing.T) {
 		return nil, -1, errors.New(`exec: "nosuch": executable file not found in $PATH`)
 	})
 	h.exec.script("slow", func(int) ([]byte, int, error) {
-		return []byte("partial"), -1, fmt.Errorf("exec in container: %w after 1s", ErrTimeout)
+		return []byte("partial"), -1, fmt.Errorf("exec in container: %w after 1s", runtime.ErrTimeout)
 	})
 	pod := testPod(v1.Container{
 		LivenessProbe:  execProbe("nosuch", 1, func(p *v1.Probe) { p.FailureThreshold = 1 }),

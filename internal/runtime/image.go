@@ -5,7 +5,7 @@ import (
 	"io"
 )
 
-// Images is the image store of a runtime that runs images (Features.Images).
+// Images is the image store of a runtime that runs images.
 type Images interface {
 	// ImageStatus describes the image ref names; ok is false when the
 	// runtime does not have it.
@@ -19,6 +19,10 @@ type Images interface {
 	// ImportImages loads the images of a docker-archive or OCI-layout tar
 	// (plain, gzip or zstd) and returns their names.
 	ImportImages(ctx context.Context, tar io.Reader) ([]string, error)
+	// ImageFsInfo says where the images are stored (CRI ImageFsInfo), so
+	// that the agent can measure that filesystem for image garbage
+	// collection.
+	ImageFsInfo(ctx context.Context) (ImageFsUsage, error)
 }
 
 // Image is an image the runtime has.
@@ -43,13 +47,6 @@ type RegistryAuth struct {
 	ServerAddress string
 	IdentityToken string
 	RegistryToken string
-}
-
-// ImageFs is implemented by a runtime that can say where its images are
-// stored (CRI ImageFsInfo), so that the agent can measure that filesystem
-// for image garbage collection.
-type ImageFs interface {
-	ImageFsInfo(ctx context.Context) (ImageFsUsage, error)
 }
 
 // ImageFsUsage is the filesystem holding a runtime's images.

@@ -1,11 +1,12 @@
-// Package runtime is the narrow interface between the agent and whatever runs
-// containers. The default implementation is runtime/process (host processes
-// supervised by a podvisor shim).
+// Package runtime is the seam between the agent and whatever runs
+// containers, split by concern: each runtime (runtime/cri, runtime/process)
+// hands out a Set (set.go) of small interfaces — containers, sandboxes,
+// exec, stats, events, and the optional images, streams and logs — with
+// the types they share (this file) and one set of error classes
+// (errors.go).
 package runtime
 
 import (
-	"context"
-	"io"
 	"syscall"
 	"time"
 )
@@ -46,7 +47,7 @@ type ContainerSpec struct {
 	// the running instance whose PID namespace it joins.
 	TargetID string `json:",omitempty"`
 	// Image is the image reference to run; empty for a runtime without
-	// images (Features.Images false).
+	// images (Set.Images nil).
 	Image string `json:",omitempty"`
 	// Command and Args, already expanded, with Kubernetes' override rules
 	// left to the runtime: an empty Command means the image's entrypoint,
@@ -75,7 +76,7 @@ type ContainerSpec struct {
 	User *Credential `json:",omitempty"`
 	// Stdin keeps the main process's stdin open for attach; StdinOnce
 	// closes it when the first attach session ends; TTY runs it on a
-	// pseudo-terminal. Only a runtime with Features.Stdin honours them.
+	// pseudo-terminal. Only a runtime with Set.Streams (attach) honours them.
 	Stdin     bool `json:",omitempty"`
 	StdinOnce bool `json:",omitempty"`
 	TTY       bool `json:",omitempty"`
@@ -118,7 +119,7 @@ type Mount struct {
 	ReadOnly      bool
 	// Image, instead of HostPath, is the ID of an image the runtime has,
 	// whose filesystem it mounts read-only at ContainerPath (CRI
-	// Mount.image); only a runtime with Features.Images honours it.
+	// Mount.image); only a runtime with Set.Images honours it.
 	// ImageName is the reference as the pod spec writes it; ImageSubPath, a
 	// directory inside the image to mount instead of its root.
 	Image        string `json:",omitempty"`
@@ -149,19 +150,19 @@ type Credential struct {
 	StrictGroups bool `json:",omitempty"`
 }
 
-// Features says what a runtime can honour.
+// Features are properties of how a runtime's containers and sandboxes
+// honour their specs, not capabilities: every runtime has Containers and
+// Sandboxes, and these say whether a field of ContainerSpec or SandboxSpec
+// takes effect on this one (the process runtime honours mounts, limits and
+// users only as root, limits only with cgroups). A concern a runtime lacks
+// altogether is a nil field of Set instead (Images, Streams, Logs).
 type Features struct {
 	Mounts bool // ContainerSpec.Mounts (a private mount namespace)
 	Limits bool // ContainerSpec.Resources
 	Users  bool // ContainerSpec.User
-	// Images: the runtime runs ContainerSpec.Image and implements Images;
-	// without, a container is ContainerSpec.Command run on the host.
-	Images bool
 	// PodNetwork: a sandbox that is not HostNetwork gets its own network
 	// namespace and IP; without, every pod is on the host's network.
 	PodNetwork bool
-	// Stdin: ContainerSpec.Stdin, StdinOnce and TTY, and attach.
-	Stdin bool
 	// Security: ContainerSpec.Security and the sandbox's namespaces and
 	// sysctls are honoured; without, containers run with the runtime's
 	// own (the host's) privileges.
@@ -215,73 +216,4 @@ type Event struct {
 	Name    string
 	State   State
 	Sandbox bool `json:",omitempty"`
-}
-
-// Runtime runs pod sandboxes and containers. All methods are safe for
-// concurrent use. Errors are wrapped in the classes of errors.go.
-type Runtime interface {
-	Info(ctx context.Context) (Info, error)
-	// Features says what the runtime honours, so that the agent refuses a
-	// container it cannot run as specified, with a clear reason, instead
-	// of running it differently.
-	Features() Features
-	Sandboxes
-	// Create prepares an instance; it does not run anything.
-	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
-	// Start runs the instance's process in its own process group under a shim
-	// that outlives the agent. A command that cannot be executed is not an
-	// error: the instance goes to exited with Reason "StartError", exit code 128.
-	Start(ctx context.Context, id string) error
-	// Stop sends the container's stop signal (ContainerSpec.StopSignal),
-	// waits up to grace, then SIGKILLs every process of the container
-	// (orphans included), and returns once it exited. Grace 0 kills at once.
-	Stop(ctx context.Context, id string, grace time.Duration) error
-	// Remove deletes the instance and its state (not its log).
-	Remove(ctx context.Context, id string) error
-	Status(ctx context.Context, id string) (Status, error)
-	// List returns every instance the runtime knows, including ones started by
-	// an earlier agent process (re-adopted).
-	List(ctx context.Context) ([]Status, error)
-	// Exec runs cmd in the container's context (its env, working dir and, when
-	// available, namespaces and cgroup), killing it after timeout.
-	Exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer, timeout time.Duration) (exitCode int, err error)
-	// Events delivers state changes (start, exit) of every instance, and
-	// the stop of a sandbox the agent did not stop itself.
-	Events() <-chan Event
-	// Usage measures what a container uses now, for eviction.
-	Usage(ctx context.Context, id string) (Usage, error)
-	// UpdateResources changes the cgroup limits of an instance in place
-	// (in-place pod resize), without restarting it: a running instance's
-	// cgroups at once, a created one's when it starts. A zero field leaves
-	// that limit as it is (a limit is never removed in place). An exited
-	// instance is ErrConflict. On a runtime without Features.Limits it
-	// records the values and enforces nothing, as at Create.
-	UpdateResources(ctx context.Context, id string, r Resources) error
-}
-
-// Usage is what one container uses (CRI's ContainerStats); a measure the
-// runtime cannot take is 0.
-type Usage struct {
-	// MemoryWorkingSet is memory usage less inactive file pages, as
-	// cAdvisor's working set.
-	MemoryWorkingSet int64
-	// MemoryUsage is the cgroup's memory usage (page cache included) and
-	// MemoryRSS its anonymous and swap cache memory, as cAdvisor's.
-	MemoryUsage, MemoryRSS int64
-	// CPUUsageCoreNanoSeconds is the CPU time the container used since it
-	// started (cumulative, all cores).
-	CPUUsageCoreNanoSeconds uint64
-	// Processes are the container's tasks.
-	Processes int64
-	// WritableBytes and WritableInodes are the container's writable layer.
-	WritableBytes  int64
-	WritableInodes int64
-}
-
-// LogReopener is a runtime whose container logs can be rotated: the agent
-// renames a running container's LogPath, then ReopenContainerLog makes the
-// writer of that log open LogPath anew (CRI's ReopenContainerLog) and
-// returns once it did. A container that is not running is ErrConflict.
-type LogReopener interface {
-	ReopenContainerLog(ctx context.Context, id string) error
 }

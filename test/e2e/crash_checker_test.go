@@ -32,6 +32,9 @@ func TestCrashCheckerCatchesWhatIssue18Saw(t *testing.T) {
 		pods  []*v1.Pod
 		want  string
 		alive []int // processes of the pod when it leaves the API
+		// leaves: the pod leaves the API (after the test deleted it, unless
+		// unasked)
+		leaves, unasked bool
 	}{
 		{name: "restart count went down", want: "restartCount went down",
 			pods: []*v1.Pod{status("x://4", 4, running, nil), status("x://0", 0, running, nil)}},
@@ -53,14 +56,19 @@ func TestCrashCheckerCatchesWhatIssue18Saw(t *testing.T) {
 				status("x://1", 0, v1.ContainerState{Terminated: exit("x://1", 255, "Unknown")}, nil),
 			}},
 		{name: "pod gone while its process ran", want: "left the API while processes",
-			pods: []*v1.Pod{status("x://1", 0, running, nil)}, alive: []int{4242}},
+			pods: []*v1.Pod{status("x://1", 0, running, nil)}, alive: []int{4242}, leaves: true},
+		{name: "pod gone without a delete from the test", want: "without a delete from the test",
+			pods: []*v1.Pod{status("x://1", 0, running, nil)}, leaves: true, unasked: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCrashChecker(func(types.UID) []int { return tc.alive })
 			for _, p := range tc.pods {
 				c.observe(p)
 			}
-			if tc.alive != nil {
+			if tc.leaves {
+				if !tc.unasked {
+					c.markRequested(tc.pods[0].UID)
+				}
 				c.gone(tc.pods[0])
 			}
 			v, _, _ := c.report()
@@ -69,8 +77,17 @@ func TestCrashCheckerCatchesWhatIssue18Saw(t *testing.T) {
 			}
 		})
 	}
-	// A terminal phase that changes.
+	// A pod the test deleted, gone with nothing left running, is fine.
 	c := newCrashChecker(func(types.UID) []int { return nil })
+	pod := status("x://1", 0, running, nil)
+	c.observe(pod)
+	c.markRequested(pod.UID)
+	c.gone(pod)
+	if v, _, _ := c.report(); len(v) != 0 {
+		t.Fatalf("violations %q for a pod deleted by the test", v)
+	}
+	// A terminal phase that changes.
+	c = newCrashChecker(func(types.UID) []int { return nil })
 	done := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", UID: "u"}, Status: v1.PodStatus{Phase: v1.PodSucceeded}}
 	again := done.DeepCopy()
 	again.Status.Phase = v1.PodRunning

@@ -69,6 +69,7 @@ func (c *churn) deleteOne(ctx context.Context) {
 	c.live = append(c.live[:i], c.live[i+1:]...)
 	grace := int64(c.rng.IntN(4)) // 0 is a force delete
 	c.mu.Unlock()
+	c.checker.markRequested(pod.UID)
 	if grace == 0 {
 		c.checker.markForced(pod.UID)
 	}

@@ -23,12 +23,17 @@ import (
 //   - a recorded exit never changes: the exit of a container ID, and the
 //     exit shown for a restart count, stay what they were first reported as;
 //   - no pod leaves the API while a process of it runs (graceful deletes:
-//     a force delete removes the object before the node has stopped anything).
+//     a force delete removes the object before the node has stopped anything);
+//   - no pod leaves the API unless the test asked for its deletion: the
+//     agent's final delete only completes one (issue 25 saw a finished
+//     one-shot pod leave after a restart, unaccounted for).
 type crashChecker struct {
 	mu         sync.Mutex
 	violations []string
 	pods       map[types.UID]*podPromises
 	forced     map[types.UID]bool        // force-deleted by the test
+	requested  map[types.UID]bool        // deletion asked for by the test
+	allAsked   bool                      // the test deleted every pod
 	deleted    map[types.UID]bool        // seen leaving the API
 	processes  func(uid types.UID) []int // live processes of a pod
 }
@@ -45,7 +50,7 @@ type podPromises struct {
 }
 
 func newCrashChecker(processes func(types.UID) []int) *crashChecker {
-	return &crashChecker{pods: map[types.UID]*podPromises{}, forced: map[types.UID]bool{}, deleted: map[types.UID]bool{}, processes: processes}
+	return &crashChecker{pods: map[types.UID]*podPromises{}, forced: map[types.UID]bool{}, requested: map[types.UID]bool{}, deleted: map[types.UID]bool{}, processes: processes}
 }
 
 func (c *crashChecker) violate(format string, args ...any) {
@@ -55,6 +60,21 @@ func (c *crashChecker) violate(format string, args ...any) {
 func (c *crashChecker) markForced(uid types.UID) {
 	c.mu.Lock()
 	c.forced[uid] = true
+	c.mu.Unlock()
+}
+
+// markRequested records a delete the test is about to send (before it is
+// sent: the API may apply one whose answer is lost in a restart).
+func (c *crashChecker) markRequested(uid types.UID) {
+	c.mu.Lock()
+	c.requested[uid] = true
+	c.mu.Unlock()
+}
+
+// markAllRequested records that the test is deleting every pod.
+func (c *crashChecker) markAllRequested() {
+	c.mu.Lock()
+	c.allAsked = true
 	c.mu.Unlock()
 }
 
@@ -137,11 +157,14 @@ func (c *crashChecker) gone(pod *v1.Pod) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.deleted[pod.UID] = true
-	if c.forced[pod.UID] {
-		return
+	if !c.forced[pod.UID] {
+		if pids := c.processes(pod.UID); len(pids) > 0 {
+			c.violate("pod %s left the API while processes %v of it ran", pod.Name, pids)
+		}
 	}
-	if pids := c.processes(pod.UID); len(pids) > 0 {
-		c.violate("pod %s left the API while processes %v of it ran", pod.Name, pids)
+	if !c.requested[pod.UID] && !c.allAsked {
+		c.violate("pod %s left the API without a delete from the test (phase %s, deletionTimestamp %v)",
+			pod.Name, pod.Status.Phase, pod.DeletionTimestamp)
 	}
 }
 

@@ -103,6 +103,7 @@ func TestCrashRestarts(t *testing.T) {
 	<-churnDone
 
 	// The end: every pod deleted gracefully, then nothing may be left.
+	checker.markAllRequested()
 	if err := p.Admin.CoreV1().Pods(ns).DeleteCollection(context.Background(),
 		metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](2)}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)

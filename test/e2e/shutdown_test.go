@@ -101,14 +101,26 @@ func waitNodeReadyAgain(t *testing.T, p *Podvisor, timeout time.Duration) {
 
 // stubbornPod ignores SIGTERM, so it runs until its grace ends; it notes
 // when it got the signal (seconds since boot) in the host file dir/<name>.
+// Once its trap is set it writes dir/<name>.armed: Running can be reported
+// before the shell has run its first command, and a SIGTERM that comes
+// earlier ends the shell (on the process runtime, where it is not PID 1)
+// without a mark; waitArmed waits for that file.
 func stubbornPod(p *Podvisor, ns, name, dir string, grace int64, class string) *v1.Pod {
 	mark := filepath.Join(dir, name)
 	pod := p.pod(ns, name, v1.RestartPolicyAlways,
-		sh("c", fmt.Sprintf(`trap '%s > %s' TERM; while true; do sleep 0.2; done`, timestamp, mark)))
+		sh("c", fmt.Sprintf(`trap '%s > %s' TERM; touch %s.armed; while true; do sleep 0.2; done`, timestamp, mark, mark)))
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 	pod.Spec.PriorityClassName = class
 	shareHostDirs(pod, dir)
 	return pod
+}
+
+// waitArmed waits until each stubbornPod has set its SIGTERM trap.
+func waitArmed(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		waitFile(t, filepath.Join(dir, name+".armed"))
+	}
 }
 
 // podWatch polls the pods of a namespace: it fails the test if one is ever
@@ -287,6 +299,7 @@ func TestGracefulShutdownLogind(t *testing.T) {
 		p.waitPod(t, ns, pod.Name, 60*time.Second, "Running and Ready", func(pod *v1.Pod) bool {
 			return pod.Status.Phase == v1.PodRunning && isReady(pod)
 		})
+		waitArmed(t, marks, pod.Name)
 	}
 	watch := watchPods(t, p, ns)
 
@@ -462,6 +475,7 @@ func TestGracefulShutdownByPodPriorityCommand(t *testing.T) {
 		p.waitPod(t, ns, o.pod, 60*time.Second, "Running and Ready", func(pod *v1.Pod) bool {
 			return pod.Status.Phase == v1.PodRunning && isReady(pod)
 		})
+		waitArmed(t, marks, o.pod)
 	}
 	watch := watchPods(t, p, ns)
 

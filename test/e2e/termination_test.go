@@ -373,10 +373,16 @@ func TestGracefulTermination(t *testing.T) {
 
 	t.Run("a second delete with a shorter grace shortens the termination", func(t *testing.T) {
 		t.Parallel()
-		pod := p.pod(ns, "shortened", v1.RestartPolicyAlways, sh("c", "trap '' TERM; while true; do sleep 0.2; done"))
+		// The trap must be set before the first delete's SIGTERM: Running can
+		// come before the shell runs, and on the process runtime (not PID 1)
+		// an early SIGTERM ends it, and the pod, at once.
+		dir := t.TempDir()
+		pod := p.pod(ns, "shortened", v1.RestartPolicyAlways, sh("c", "trap '' TERM; touch '"+dir+"/armed'; while true; do sleep 0.2; done"))
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "shortened", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		waitFile(t, dir+"/armed")
 		p.deletePod(t, ns, "shortened", 100)
 		p.waitPod(t, ns, "shortened", 10*time.Second, "Terminating", func(pod *v1.Pod) bool { return pod.DeletionTimestamp != nil })
 		time.Sleep(time.Second) // let the agent start the 100 s stop

@@ -22,6 +22,8 @@ type Registry struct {
 
 	mu     sync.Mutex
 	served []string // "GET /v2/…" requests, in order
+	user   string   // with pass: every request needs this basic auth
+	pass   string
 }
 
 // NewRegistry starts an empty registry; Close stops it.
@@ -31,10 +33,24 @@ func NewRegistry() *Registry {
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.served = append(r.served, req.Method+" "+req.URL.Path)
+		wantUser, wantPass := r.user, r.pass
 		r.mu.Unlock()
+		if user, pass, _ := req.BasicAuth(); wantUser != "" && (user != wantUser || pass != wantPass) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="podvisor-test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
 		h.ServeHTTP(w, req)
 	}))
 	return r
+}
+
+// RequireBasicAuth makes every later request need these credentials, as a
+// private registry (401 with a Basic challenge otherwise); Push sends them.
+func (r *Registry) RequireBasicAuth(user, pass string) {
+	r.mu.Lock()
+	r.user, r.pass = user, pass
+	r.mu.Unlock()
 }
 
 // URL is the registry's endpoint, http://127.0.0.1:PORT.
@@ -114,6 +130,11 @@ func (r *Registry) put(method, path, contentType string, body []byte) error {
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	r.mu.Lock()
+	if r.user != "" {
+		req.SetBasicAuth(r.user, r.pass)
+	}
+	r.mu.Unlock()
 	resp, err := r.srv.Client().Do(req)
 	if err != nil {
 		return err

@@ -14,16 +14,16 @@ import (
 func TestConformance(t *testing.T) {
 	c := needContainerd(t)
 	runtimetest.Run(t, runtimetest.Harness{
-		New: func(t *testing.T) runtime.Runtime {
+		New: func(t *testing.T) runtime.Set {
 			r := newRuntime(t, c, t.TempDir())
 			t.Cleanup(func() { removeSandboxes(t, c, r.cfg.StateDir, r) })
-			return r
+			return r.Set()
 		},
-		Restart: func(t *testing.T, old runtime.Runtime, away func()) runtime.Runtime {
-			o := old.(*Runtime)
+		Restart: func(t *testing.T, old runtime.Set, away func()) runtime.Set {
+			o := old.Containers.(*Runtime)
 			o.Close()
 			away()
-			return newRuntime(t, c, o.cfg.StateDir)
+			return newRuntime(t, c, o.cfg.StateDir).Set()
 		},
 		Shell: func(spec *runtime.ContainerSpec, script string) {
 			spec.Image = busyboxImage

@@ -60,7 +60,7 @@ type Config struct {
 	Log             *slog.Logger
 }
 
-// Runtime implements runtime.Runtime and runtime.Images over CRI.
+// Runtime implements every concern of runtime.Set over CRI (see Set).
 type Runtime struct {
 	cfg    Config
 	rs     internalapi.RuntimeService
@@ -84,8 +84,13 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime = (*Runtime)(nil)
-	_ runtime.Images  = (*Runtime)(nil)
+	_ runtime.Containers  = (*Runtime)(nil)
+	_ runtime.Sandboxes   = (*Runtime)(nil)
+	_ runtime.Executor    = (*Runtime)(nil)
+	_ runtime.Stats       = (*Runtime)(nil)
+	_ runtime.Images      = (*Runtime)(nil)
+	_ runtime.Streamer    = (*Runtime)(nil)
+	_ runtime.LogReopener = (*Runtime)(nil)
 )
 
 // New connects to the endpoint, checks that it speaks CRI v1, learns the
@@ -190,13 +195,17 @@ func quiet(ctx context.Context) context.Context {
 	return klog.NewContext(ctx, logr.Discard())
 }
 
-// Info names the runtime as it names itself: container IDs show as
+// Set is every concern: a CRI runtime runs images in containers of their
+// own, with a network of the pod's own, and serves their sessions. Info
+// names the runtime as it names itself: container IDs show as
 // "containerd://<id>", as under a kubelet.
-func (r *Runtime) Info(context.Context) (runtime.Info, error) { return r.info, nil }
-
-// Features: a CRI runtime runs images in containers of their own.
-func (r *Runtime) Features() runtime.Features {
-	return runtime.Features{Mounts: true, Limits: true, Users: true, Images: true, PodNetwork: true, Security: true, Stdin: true}
+func (r *Runtime) Set() runtime.Set {
+	return runtime.Set{
+		Info:       r.info,
+		Features:   runtime.Features{Mounts: true, Limits: true, Users: true, PodNetwork: true, Security: true},
+		Containers: r, Sandboxes: r, Exec: r, Stats: r, Events: r.Events(),
+		Images: r, Streams: r, Logs: r,
+	}
 }
 
 // Events delivers a StateRunning event when a container started and a

@@ -32,11 +32,14 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 
 func TestFakeRuntimeInfoAndFeatures(t *testing.T) {
 	r, _ := fakeRuntime(t, time.Hour)
-	info, err := r.Info(context.Background())
-	if err != nil || info != (runtime.Info{Name: "fake", Version: "1.0"}) {
-		t.Errorf("info %+v %v, want the runtime's name and version without its v", info, err)
+	set := r.Set()
+	if info := set.Info; info != (runtime.Info{Name: "fake", Version: "1.0"}) {
+		t.Errorf("info %+v, want the runtime's name and version without its v", info)
 	}
-	if f := r.Features(); !f.Images || !f.PodNetwork || !f.Mounts || !f.Limits || !f.Users {
+	if f := set.Features; !f.PodNetwork || !f.Mounts || !f.Limits || !f.Users || !f.Security {
 		t.Errorf("features %+v, want all", f)
+	}
+	if err := set.Check(); err != nil || set.Images == nil || set.Streams == nil || set.Logs == nil {
+		t.Errorf("set %+v (%v), want every concern", set, err)
 	}
 }

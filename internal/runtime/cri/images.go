@@ -93,8 +93,6 @@ func image(img *runtimeapi.Image) runtime.Image {
 	return out
 }
 
-var _ runtime.ImageFs = (*Runtime)(nil)
-
 // ImageFsInfo reports the runtime's first image filesystem (containerd has
 // one: its snapshotter's).
 func (r *Runtime) ImageFsInfo(ctx context.Context) (runtime.ImageFsUsage, error) {

@@ -7,8 +7,6 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-var _ runtime.LogReopener = (*Runtime)(nil)
-
 // ReopenContainerLog is CRI's ReopenContainerLog: containerd closes the
 // container's log file and opens its log path again, so that after a rename
 // new output goes to a new file.

@@ -10,8 +10,6 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-var _ runtime.Streamer = (*Runtime)(nil)
-
 // GetExec asks the runtime for the URL of an exec session on its own
 // streaming server, as the kubelet does; the agent proxies to it.
 func (r *Runtime) GetExec(ctx context.Context, req runtime.ExecRequest) (*url.URL, error) {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/eventqueue"
 )
 
 // tracker knows the last state seen of every container, from whichever
@@ -12,19 +13,17 @@ import (
 // one event. States only move forward, so a stale relist cannot take a
 // container back, and two sources seeing the same exit make one event.
 //
-// Events are coalesced per container and queued without bound: a consumer
-// that does not receive for a while gets, per container, one event with
-// its latest state; an exit is never dropped.
+// Events are coalesced per container and queued without bound
+// (eventqueue's PushLatest): a consumer that does not receive for a while
+// gets, per container, one event with its latest state; an exit is never
+// dropped.
 type tracker struct {
-	out  chan runtime.Event
-	kick chan struct{} // capacity 1: "pending is not empty"
-	stop chan struct{}
+	queue *eventqueue.Queue
+	out   <-chan runtime.Event
 
-	mu      sync.Mutex
-	known   map[string]*tracked
-	gen     uint64 // incremented by each relist
-	pending map[string]runtime.Event
-	order   []string // ids of pending, oldest first
+	mu    sync.Mutex
+	known map[string]*tracked
+	gen   uint64 // incremented by each relist
 }
 
 type tracked struct {
@@ -37,15 +36,8 @@ type tracked struct {
 }
 
 func newTracker() *tracker {
-	t := &tracker{
-		out:     make(chan runtime.Event),
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		known:   map[string]*tracked{},
-		pending: map[string]runtime.Event{},
-	}
-	go t.run()
-	return t
+	q := eventqueue.New()
+	return &tracker{queue: q, out: q.Out(), known: map[string]*tracked{}}
 }
 
 // seed records states without making events: what the agent learns from
@@ -92,6 +84,7 @@ func (t *tracker) seedTracked(id string, c *tracked) {
 
 func (t *tracker) record(id, podUID, name string, s runtime.State, sandbox bool) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	c, ok := t.known[id]
 	if !ok {
 		c = &tracked{podUID: podUID, name: name, gen: t.gen, sandbox: sandbox}
@@ -99,43 +92,27 @@ func (t *tracker) record(id, podUID, name string, s runtime.State, sandbox bool)
 	}
 	c.gen = max(c.gen, t.gen)
 	if s <= c.state {
-		t.mu.Unlock()
 		return
 	}
 	c.state = s
 	if s != runtime.StateExited && (sandbox || s != runtime.StateRunning) {
-		t.mu.Unlock()
 		return
 	}
-	if _, queued := t.pending[id]; !queued {
-		t.order = append(t.order, id)
-	}
-	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: s, Sandbox: c.sandbox}
-	t.mu.Unlock()
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
+	// Queued under t.mu, so that events of one ID are queued in the order
+	// their states were recorded.
+	t.queue.PushLatest(runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: s, Sandbox: c.sandbox})
 }
 
 // again queues one more event of container id in its current state: the
 // agent reads its status once more.
 func (t *tracker) again(id string) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	c, ok := t.known[id]
 	if !ok || c.sandbox {
-		t.mu.Unlock()
 		return
 	}
-	if _, queued := t.pending[id]; !queued {
-		t.order = append(t.order, id)
-	}
-	t.pending[id] = runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: c.state}
-	t.mu.Unlock()
-	select {
-	case t.kick <- struct{}{}:
-	default:
-	}
+	t.queue.PushLatest(runtime.Event{ID: id, PodUID: c.podUID, Name: c.name, State: c.state})
 }
 
 // lookup returns what is known of container id.
@@ -177,31 +154,4 @@ func (t *tracker) endRelist(gen uint64) {
 	}
 }
 
-func (t *tracker) run() {
-	for {
-		select {
-		case <-t.kick:
-		case <-t.stop:
-			return
-		}
-		for {
-			t.mu.Lock()
-			if len(t.order) == 0 {
-				t.mu.Unlock()
-				break
-			}
-			id := t.order[0]
-			t.order = t.order[1:]
-			ev := t.pending[id]
-			delete(t.pending, id)
-			t.mu.Unlock()
-			select {
-			case t.out <- ev:
-			case <-t.stop:
-				return
-			}
-		}
-	}
-}
-
-func (t *tracker) close() { close(t.stop) }
+func (t *tracker) close() { t.queue.Close() }

@@ -73,7 +73,7 @@ func (r *Runtime) announceAdoptedStart(id string, d instanceDir) {
 		}
 		if st.state() == runtime.StateRunning {
 			if cfg, err := d.readConfig(); err == nil {
-				r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
+				r.events.Push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
 			}
 			return
 		}
@@ -104,7 +104,7 @@ func (r *Runtime) shimExited(id string) {
 		st, _ := d.readState()
 		r.log.Info("container exited", "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "container", cfg.Spec.Name, "id", id,
 			"exitCode", st.ExitCode, "signal", st.Signal, "reason", st.Reason)
-		r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateExited})
+		r.events.Push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateExited})
 	}
 	r.mu.Lock()
 	exited := r.watched[id]

@@ -14,16 +14,16 @@ import (
 func TestConformance(t *testing.T) {
 	bothWays(t, func(t *testing.T, r *Runtime) {
 		runtimetest.Run(t, runtimetest.Harness{
-			New: func(t *testing.T) runtime.Runtime {
+			New: func(t *testing.T) runtime.Set {
 				r := newRuntimeWith(t, Config{Root: t.TempDir(), NoCgroups: r.noCg})
 				t.Cleanup(func() { removeAll(t, r) })
-				return r
+				return r.Set(nil)
 			},
-			Restart: func(t *testing.T, old runtime.Runtime, away func()) runtime.Runtime {
-				o := old.(*Runtime)
+			Restart: func(t *testing.T, old runtime.Set, away func()) runtime.Set {
+				o := old.Containers.(*Runtime)
 				o.Close()
 				away()
-				return newRuntimeWith(t, Config{Root: o.root, NoCgroups: o.noCg})
+				return newRuntimeWith(t, Config{Root: o.root, NoCgroups: o.noCg}).Set(nil)
 			},
 			Shell: func(spec *runtime.ContainerSpec, script string) {
 				spec.Command = []string{"sh", "-c", script}

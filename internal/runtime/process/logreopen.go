@@ -12,8 +12,6 @@ import (
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-var _ runtime.LogReopener = (*Runtime)(nil)
-
 // reopenTimeout bounds the exchange with a shim when ctx has no deadline:
 // a shim that does not answer must not hold up the rotation of other logs.
 const reopenTimeout = 10 * time.Second

@@ -130,7 +130,7 @@ func TestRunAsUserAndGroups(t *testing.T) {
 func TestMemoryLimitKillIsOOMKilled(t *testing.T) {
 	needRoot(t)
 	r := newRuntime(t, t.TempDir())
-	if !r.Features().Limits {
+	if !r.features().Limits {
 		t.Skip("no cgroups")
 	}
 	spec := testSpec(t, "sh", "-c", "tail /dev/zero")
@@ -145,7 +145,7 @@ func TestMemoryLimitKillIsOOMKilled(t *testing.T) {
 func TestLimitsAreWrittenToTheContainersCgroup(t *testing.T) {
 	needRoot(t)
 	r := newRuntime(t, t.TempDir())
-	if !r.Features().Limits {
+	if !r.features().Limits {
 		t.Skip("no cgroups")
 	}
 	spec := testSpec(t, "sleep", "30")

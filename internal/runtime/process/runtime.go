@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/eventqueue"
 	"github.com/podvisor/podvisor/internal/version"
 )
 
@@ -60,7 +61,8 @@ type Config struct {
 	HostIPs []string
 }
 
-// Runtime implements runtime.Runtime with host processes.
+// Runtime runs containers as host processes: every concern of runtime.Set
+// but images (see Set).
 type Runtime struct {
 	root      string
 	shim      string
@@ -69,7 +71,7 @@ type Runtime struct {
 	noCg      bool // Config.NoCgroups
 	hostIPs   []string
 	mon       *monitor
-	events    *eventQueue
+	events    *eventqueue.Queue
 	closeOnce sync.Once
 	closed    chan struct{} // closed by Close: nobody announces exits any more
 
@@ -82,7 +84,13 @@ type Runtime struct {
 	sandboxOf map[string]string
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Containers  = (*Runtime)(nil)
+	_ runtime.Sandboxes   = (*Runtime)(nil)
+	_ runtime.Executor    = (*Runtime)(nil)
+	_ runtime.Stats       = (*Runtime)(nil)
+	_ runtime.LogReopener = (*Runtime)(nil)
+)
 
 // errClosed is returned (wrapped) by a Stop that waits on a closed Runtime.
 var errClosed = fmt.Errorf("process runtime closed: %w", runtime.ErrUnavailable)
@@ -120,7 +128,7 @@ func New(cfg Config) (*Runtime, error) {
 		log:       cfg.Log,
 		noCg:      cfg.NoCgroups,
 		hostIPs:   cfg.HostIPs,
-		events:    newEventQueue(),
+		events:    eventqueue.New(),
 		watched:   map[string]chan struct{}{},
 		starting:  map[string]bool{},
 		sandboxOf: map[string]string{},
@@ -128,14 +136,14 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	mon, err := newMonitor(r.shimExited)
 	if err != nil {
-		r.events.close()
+		r.events.Close()
 		return nil, fmt.Errorf("process runtime: %w", err)
 	}
 	r.mon = mon
-	if f := r.Features(); !f.Limits {
+	if f := r.features(); !f.Limits {
 		r.log.Warn("resource limits are not enforced: containers run without memory and CPU limits", "root", os.Geteuid() == 0, "noCgroups", cfg.NoCgroups)
 	}
-	if f := r.Features(); !f.Mounts {
+	if f := r.features(); !f.Mounts {
 		r.log.Warn("not running as root: containers with volume mounts or runAsUser cannot be run and are reported with CreateContainerConfigError")
 	}
 	ids, err := r.ids()
@@ -156,7 +164,7 @@ func (r *Runtime) Close() {
 	r.closeOnce.Do(func() {
 		close(r.closed)
 		r.mon.close()
-		r.events.close()
+		r.events.Close()
 	})
 }
 
@@ -164,7 +172,7 @@ func (r *Runtime) Close() {
 // StateExited event when it exited (StartError included), in that order for
 // one instance. The agent must keep receiving; events queue meanwhile and are
 // never dropped. Exits of instances re-adopted by New are delivered too.
-func (r *Runtime) Events() <-chan runtime.Event { return r.events.out }
+func (r *Runtime) Events() <-chan runtime.Event { return r.events.Out() }
 
 func (r *Runtime) dir(id string) (instanceDir, error) {
 	if !validID(id) {
@@ -251,20 +259,32 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Status, error) {
 	return out, nil
 }
 
-// Features: stdin, tty and attach (the shim keeps them) always; mounts (a
-// private mount namespace), limits (cgroups) and users need root; limits
-// also need cgroups.
-func (r *Runtime) Features() runtime.Features {
+// Set is what the process runtime offers: host processes, no images (a
+// nil Images). Its interactive sessions, stdin, tty and attach included
+// (the shim keeps them), are served by streams (NewStreamServer), which
+// the caller runs; without one the set has no Streams.
+func (r *Runtime) Set(streams *StreamServer) runtime.Set {
+	s := runtime.Set{
+		// Container IDs show as podvisor://<id>.
+		Info:       runtime.Info{Name: "podvisor", Version: version.Version},
+		Features:   r.features(),
+		Containers: r, Sandboxes: r, Exec: r, Stats: r, Events: r.Events(), Logs: r,
+	}
+	if streams != nil {
+		s.Streams = streams
+	}
+	return s
+}
+
+// features: mounts (a private mount namespace), limits (cgroups) and users
+// need root; limits also need cgroups. Every pod is on the host's network
+// with the host's privileges.
+func (r *Runtime) features() runtime.Features {
 	root := os.Geteuid() == 0
 	limits := false
 	if root && !r.noCg {
 		_, err := selfCgroups()
 		limits = err == nil
 	}
-	return runtime.Features{Mounts: root, Limits: limits, Users: root, Stdin: true}
-}
-
-// Info: container IDs show as podvisor://<id>.
-func (r *Runtime) Info(context.Context) (runtime.Info, error) {
-	return runtime.Info{Name: "podvisor", Version: version.Version}, nil
+	return runtime.Features{Mounts: root, Limits: limits, Users: root}
 }

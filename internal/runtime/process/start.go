@@ -124,7 +124,7 @@ func (r *Runtime) awaitShim(id string, d instanceDir, ready *os.File, pidfd int)
 	// event is still due); one that could not start (StartError) has not.
 	if stErr == nil && cfgErr == nil && !st.StartedAt.IsZero() {
 		r.log.Info("container started", "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "container", cfg.Spec.Name, "id", id, "pid", st.Pid)
-		r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
+		r.events.Push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateRunning})
 	}
 	if err := r.mon.watch(id, pidfd); err != nil {
 		r.mu.Lock()

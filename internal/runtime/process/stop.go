@@ -111,7 +111,7 @@ func (r *Runtime) recordNeverStarted(d instanceDir, id string) error {
 		return fmt.Errorf("container %s: %w", id, err)
 	}
 	r.log.Info("container stopped before it started", "pod", cfg.Spec.PodNamespace+"/"+cfg.Spec.PodName, "container", cfg.Spec.Name, "id", id)
-	r.events.push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateExited})
+	r.events.Push(runtime.Event{ID: id, PodUID: cfg.Spec.PodUID, Name: cfg.Spec.Name, State: runtime.StateExited})
 	return nil
 }
 

@@ -20,6 +20,8 @@ type Images struct {
 	// OnPull, when set, runs inside every PullImage (a test steps its clock
 	// there to give the pull a duration).
 	OnPull func(ref string)
+	// Fs is what ImageFsInfo reports.
+	Fs runtime.ImageFsUsage
 }
 
 // Pull is one PullImage call.
@@ -131,4 +133,15 @@ func (f *Images) RemoveImage(_ context.Context, ref string) error {
 
 func (f *Images) ImportImages(context.Context, io.Reader) ([]string, error) {
 	return nil, fmt.Errorf("import images: %w", runtime.ErrInvalid)
+}
+
+// ImageFsInfo is Fs; a Fs without Mountpoint is ErrUnavailable, as a
+// runtime that names no image filesystem.
+func (f *Images) ImageFsInfo(context.Context) (runtime.ImageFsUsage, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Fs.Mountpoint == "" {
+		return runtime.ImageFsUsage{}, fmt.Errorf("image filesystem info: %w", runtime.ErrUnavailable)
+	}
+	return f.Fs, nil
 }

@@ -13,9 +13,9 @@ import (
 // nothing to the renamed one; an exited container is a conflict.
 func testReopenLog(t *testing.T, h Harness) {
 	rt := h.New(t)
-	lr, ok := rt.(runtime.LogReopener)
-	if !ok {
-		t.Fatal("the runtime does not implement runtime.LogReopener")
+	lr := rt.Logs
+	if lr == nil {
+		t.Fatal("the runtime's set has no Logs: every runtime's container logs can be rotated")
 	}
 	p := newPod(t, rt)
 	// It says "ready", then one numbered line whenever a file appears, so
@@ -23,7 +23,7 @@ func testReopenLog(t *testing.T, h Harness) {
 	dir := t.TempDir()
 	spec := p.spec(h, "c", "echo ready; i=0; while :; do if [ -e "+dir+"/go$i ]; then echo line$i; i=$((i+1)); fi; sleep 0.05; done")
 	spec.Mounts = append(spec.Mounts, runtime.Mount{HostPath: dir, ContainerPath: dir})
-	if !rt.Features().Mounts {
+	if !rt.Features.Mounts {
 		spec.Mounts = nil
 	}
 	id := run(t, rt, spec)

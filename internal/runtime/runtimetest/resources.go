@@ -35,10 +35,10 @@ echo "no $c cgroup file" >&2; exit 1`
 const RecordCgroup = "cat /proc/self/cgroup > cgroup-path"
 
 // readCgroup reads, through Exec, a cgroup value as the container sees it.
-func readCgroup(t *testing.T, rt runtime.Runtime, id, controller, v1File, v2File string) string {
+func readCgroup(t *testing.T, rt runtime.Set, id, controller, v1File, v2File string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code, err := rt.Exec(ctx(t), id, []string{"sh", "-c", CgroupValue, "sh", controller, v1File, v2File}, &out, &errOut, 10*time.Second)
+	code, err := rt.Exec.Exec(ctx(t), id, []string{"sh", "-c", CgroupValue, "sh", controller, v1File, v2File}, &out, &errOut, 10*time.Second)
 	if err != nil || code != 0 {
 		t.Fatalf("reading %s from inside the container: exit %d, %v: %s", v1File, code, err, errOut.String())
 	}
@@ -57,7 +57,7 @@ func testUpdateResources(t *testing.T, h Harness) {
 	id := run(t, rt, spec)
 	before := waitState(t, rt, id, runtime.StateRunning)
 	waitLog(t, spec.LogPath, "ready")
-	limits := rt.Features().Limits
+	limits := rt.Features.Limits
 	memory := func() string { return readCgroup(t, rt, id, "memory", "memory.limit_in_bytes", "memory.max") }
 	quota := func() string {
 		v := readCgroup(t, rt, id, "cpu", "cpu.cfs_quota_us", "cpu.max")
@@ -68,12 +68,12 @@ func testUpdateResources(t *testing.T, h Harness) {
 			t.Fatalf("memory limit at creation: %s, want 67108864", got)
 		}
 		var out bytes.Buffer
-		if code, err := rt.Exec(ctx(t), id, []string{"cat", "oom-score-adj"}, &out, nil, 10*time.Second); err != nil || code != 0 || strings.TrimSpace(out.String()) != "875" {
+		if code, err := rt.Exec.Exec(ctx(t), id, []string{"cat", "oom-score-adj"}, &out, nil, 10*time.Second); err != nil || code != 0 || strings.TrimSpace(out.String()) != "875" {
 			t.Errorf("oom_score_adj of the container's process: %q (exit %d, %v), want 875", out.String(), code, err)
 		}
 	}
 
-	if err := rt.UpdateResources(ctx(t), id, runtime.Resources{MemoryLimitBytes: 96 << 20, CPUQuotaMicros: 30000, CPUPeriodMicros: 100000, CPUShares: 256}); err != nil {
+	if err := rt.Containers.UpdateResources(ctx(t), id, runtime.Resources{MemoryLimitBytes: 96 << 20, CPUQuotaMicros: 30000, CPUPeriodMicros: 100000, CPUShares: 256}); err != nil {
 		t.Fatalf("UpdateResources: %v", err)
 	}
 	if limits {
@@ -84,7 +84,7 @@ func testUpdateResources(t *testing.T, h Harness) {
 			t.Errorf("CPU quota after the update: %s, want 30000", got)
 		}
 	}
-	if err := rt.UpdateResources(ctx(t), id, runtime.Resources{CPUShares: 300}); err != nil {
+	if err := rt.Containers.UpdateResources(ctx(t), id, runtime.Resources{CPUShares: 300}); err != nil {
 		t.Fatalf("UpdateResources of the CPU shares only: %v", err)
 	}
 	if limits {
@@ -97,13 +97,13 @@ func testUpdateResources(t *testing.T, h Harness) {
 		t.Errorf("the update restarted the container: %v started %v, was started %v", after.State, after.StartedAt, before.StartedAt)
 	}
 
-	if err := rt.Stop(ctx(t), id, 0); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.UpdateResources(ctx(t), id, runtime.Resources{MemoryLimitBytes: 128 << 20}); err == nil {
+	if err := rt.Containers.UpdateResources(ctx(t), id, runtime.Resources{MemoryLimitBytes: 128 << 20}); err == nil {
 		t.Errorf("UpdateResources of an exited container succeeded")
 	}
-	if err := rt.UpdateResources(ctx(t), "0123456789abcdef0123456789abcdef", runtime.Resources{CPUShares: 2}); !runtime.IsNotFound(err) {
+	if err := rt.Containers.UpdateResources(ctx(t), "0123456789abcdef0123456789abcdef", runtime.Resources{CPUShares: 2}); !runtime.IsNotFound(err) {
 		t.Errorf("UpdateResources of an unknown container: %v, want not found", err)
 	}
 }

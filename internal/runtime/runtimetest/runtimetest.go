@@ -1,4 +1,4 @@
-// Package runtimetest is the contract every runtime.Runtime keeps, as one
+// Package runtimetest is the contract every runtime.Set keeps, as one
 // test suite: each runtime's own tests call Run with a Harness that knows
 // how to make that runtime and a shell container for it. The agent relies
 // on exactly what is checked here, so two runtimes can share one pod model.
@@ -23,10 +23,10 @@ import (
 type Harness struct {
 	// New returns a runtime on fresh state. At the end of the test every
 	// sandbox and container it made is removed and the runtime closed.
-	New func(t *testing.T) runtime.Runtime
+	New func(t *testing.T) runtime.Set
 	// Restart stands for an agent restart: it closes old (containers keep
 	// running), calls away, and returns a new value over the same state.
-	Restart func(t *testing.T, old runtime.Runtime, away func()) runtime.Runtime
+	Restart func(t *testing.T, old runtime.Set, away func()) runtime.Set
 	// Shell fills spec so that the container runs `sh -c script`: on the
 	// host, or in an image that has a POSIX shell.
 	Shell func(spec *runtime.ContainerSpec, script string)
@@ -71,10 +71,10 @@ type pod struct {
 	uid, sandbox, logDir string
 }
 
-func newPod(t *testing.T, rt runtime.Runtime) pod {
+func newPod(t *testing.T, rt runtime.Set) pod {
 	t.Helper()
 	p := pod{uid: "uid-" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-"), logDir: t.TempDir()}
-	id, err := rt.RunSandbox(ctx(t), runtime.SandboxSpec{
+	id, err := rt.Sandboxes.RunSandbox(ctx(t), runtime.SandboxSpec{
 		PodUID: p.uid, PodNamespace: "default", PodName: "p", LogDir: p.logDir,
 		Labels: map[string]string{"app": "runtimetest"},
 	})
@@ -97,13 +97,13 @@ func (p pod) spec(h Harness, name, script string) runtime.ContainerSpec {
 }
 
 // run creates and starts a container.
-func run(t *testing.T, rt runtime.Runtime, spec runtime.ContainerSpec) string {
+func run(t *testing.T, rt runtime.Set, spec runtime.ContainerSpec) string {
 	t.Helper()
-	id, err := rt.Create(ctx(t), spec)
+	id, err := rt.Containers.Create(ctx(t), spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if err := rt.Start(ctx(t), id); err != nil {
+	if err := rt.Containers.Start(ctx(t), id); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	return id
@@ -115,9 +115,9 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func status(t *testing.T, rt runtime.Runtime, id string) runtime.Status {
+func status(t *testing.T, rt runtime.Set, id string) runtime.Status {
 	t.Helper()
-	st, err := rt.Status(ctx(t), id)
+	st, err := rt.Containers.Status(ctx(t), id)
 	if err != nil {
 		t.Fatalf("Status(%s): %v", id, err)
 	}
@@ -126,7 +126,7 @@ func status(t *testing.T, rt runtime.Runtime, id string) runtime.Status {
 
 // runLooping runs, in a new pod, a container that sets traps, says
 // "ready" and loops until a signal ends it; edit adjusts its spec first.
-func runLooping(t *testing.T, h Harness, traps string, edit func(*runtime.ContainerSpec)) (runtime.Runtime, runtime.ContainerSpec, string) {
+func runLooping(t *testing.T, h Harness, traps string, edit func(*runtime.ContainerSpec)) (runtime.Set, runtime.ContainerSpec, string) {
 	t.Helper()
 	rt := h.New(t)
 	p := newPod(t, rt)
@@ -140,9 +140,9 @@ func runLooping(t *testing.T, h Harness, traps string, edit func(*runtime.Contai
 }
 
 // stop stops id and returns its status, which Stop has recorded by then.
-func stop(t *testing.T, rt runtime.Runtime, id string, grace time.Duration) runtime.Status {
+func stop(t *testing.T, rt runtime.Set, id string, grace time.Duration) runtime.Status {
 	t.Helper()
-	if err := rt.Stop(ctx(t), id, grace); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, grace); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
 	return status(t, rt, id)
@@ -150,7 +150,7 @@ func stop(t *testing.T, rt runtime.Runtime, id string, grace time.Duration) runt
 
 // waitState waits, through events, until id is in state (or past it);
 // events of other containers are skipped.
-func waitState(t *testing.T, rt runtime.Runtime, id string, state runtime.State) runtime.Status {
+func waitState(t *testing.T, rt runtime.Set, id string, state runtime.State) runtime.Status {
 	t.Helper()
 	deadline := time.After(WaitLimit)
 	for {
@@ -158,7 +158,7 @@ func waitState(t *testing.T, rt runtime.Runtime, id string, state runtime.State)
 			return st
 		}
 		select {
-		case <-rt.Events():
+		case <-rt.Events:
 		case <-deadline:
 			t.Fatalf("container %s not %s within %v", id, state, WaitLimit)
 		case <-time.After(time.Second): // a status read per second beside the events
@@ -185,7 +185,7 @@ func waitLog(t *testing.T, path, s string) {
 func testSandboxLifecycle(t *testing.T, h Harness) {
 	rt := h.New(t)
 	p := newPod(t, rt)
-	st, err := rt.SandboxStatus(ctx(t), p.sandbox)
+	st, err := rt.Sandboxes.SandboxStatus(ctx(t), p.sandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,29 +198,29 @@ func testSandboxLifecycle(t *testing.T, h Harness) {
 	if st.CreatedAt.IsZero() {
 		t.Errorf("sandbox has no creation time")
 	}
-	list, err := rt.ListSandboxes(ctx(t))
+	list, err := rt.Sandboxes.ListSandboxes(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !containsSandbox(list, p.sandbox) {
 		t.Errorf("ListSandboxes does not list %s", p.sandbox)
 	}
-	if err := rt.StopSandbox(ctx(t), p.sandbox); err != nil {
+	if err := rt.Sandboxes.StopSandbox(ctx(t), p.sandbox); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := rt.SandboxStatus(ctx(t), p.sandbox); err != nil || st.State != runtime.SandboxNotReady {
+	if st, err := rt.Sandboxes.SandboxStatus(ctx(t), p.sandbox); err != nil || st.State != runtime.SandboxNotReady {
 		t.Errorf("after StopSandbox: %+v, %v; want not ready", st, err)
 	}
-	if err := rt.StopSandbox(ctx(t), p.sandbox); err != nil {
+	if err := rt.Sandboxes.StopSandbox(ctx(t), p.sandbox); err != nil {
 		t.Errorf("second StopSandbox: %v", err)
 	}
-	if err := rt.RemoveSandbox(ctx(t), p.sandbox); err != nil {
+	if err := rt.Sandboxes.RemoveSandbox(ctx(t), p.sandbox); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.SandboxStatus(ctx(t), p.sandbox); !runtime.IsNotFound(err) {
+	if _, err := rt.Sandboxes.SandboxStatus(ctx(t), p.sandbox); !runtime.IsNotFound(err) {
 		t.Errorf("SandboxStatus of a removed sandbox: %v, want not found", err)
 	}
-	list, _ = rt.ListSandboxes(ctx(t))
+	list, _ = rt.Sandboxes.ListSandboxes(ctx(t))
 	if containsSandbox(list, p.sandbox) {
 		t.Errorf("ListSandboxes still lists removed %s", p.sandbox)
 	}
@@ -283,7 +283,7 @@ func testExitCodeAndLog(t *testing.T, h Harness) {
 	if got["out"] != "stdout" || got["err"] != "stderr" {
 		t.Errorf("log lines by stream %v, want out on stdout and err on stderr", got)
 	}
-	list, err := rt.List(ctx(t))
+	list, err := rt.Containers.List(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func testEventsInOrder(t *testing.T, h Harness) {
 	deadline := time.After(WaitLimit)
 	for len(seen) == 0 || seen[len(seen)-1] != runtime.StateExited {
 		select {
-		case ev := <-rt.Events():
+		case ev := <-rt.Events:
 			if ev.ID != id {
 				continue
 			}
@@ -332,11 +332,11 @@ func testStartError(t *testing.T, h Harness) {
 	p := newPod(t, rt)
 	spec := p.spec(h, "c", "true")
 	spec.Command, spec.Args = []string{"/no/such/command"}, nil
-	id, err := rt.Create(ctx(t), spec)
+	id, err := rt.Containers.Create(ctx(t), spec)
 	if err != nil {
 		t.Fatalf("Create: %v", err)
 	}
-	if err := rt.Start(ctx(t), id); err != nil {
+	if err := rt.Containers.Start(ctx(t), id); err != nil {
 		t.Fatalf("Start: %v, want the failure in the status", err)
 	}
 	st := waitState(t, rt, id, runtime.StateExited)
@@ -348,7 +348,7 @@ func testStartError(t *testing.T, h Harness) {
 func testStopHonoured(t *testing.T, h Harness) {
 	rt, spec, id := runLooping(t, h, `trap 'echo bye; exit 0' TERM`, nil)
 	begin := time.Now()
-	if err := rt.Stop(ctx(t), id, time.Minute); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(begin); d > WaitLimit/2 {
@@ -359,7 +359,7 @@ func testStopHonoured(t *testing.T, h Harness) {
 		t.Errorf("%s exit %d, want exited 0 (SIGTERM handled)", st.State, st.ExitCode)
 	}
 	waitLog(t, spec.LogPath, "bye")
-	if err := rt.Stop(ctx(t), id, time.Minute); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, time.Minute); err != nil {
 		t.Errorf("Stop of an exited container: %v", err)
 	}
 }
@@ -368,7 +368,7 @@ func testStopKillsAfterGrace(t *testing.T, h Harness) {
 	rt, _, id := runLooping(t, h, `trap '' TERM`, nil)
 	const grace = time.Second
 	begin := time.Now()
-	if err := rt.Stop(ctx(t), id, grace); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, grace); err != nil {
 		t.Fatal(err)
 	}
 	if d := time.Since(begin); d < grace {
@@ -401,20 +401,20 @@ func testExec(t *testing.T, h Harness) {
 	id := run(t, rt, p.spec(h, "c", "sleep 300"))
 	waitState(t, rt, id, runtime.StateRunning)
 	var out, errOut bytes.Buffer
-	code, err := rt.Exec(ctx(t), id, []string{"sh", "-c", "echo hi; echo oops >&2; exit 4"}, &out, &errOut, 10*time.Second)
+	code, err := rt.Exec.Exec(ctx(t), id, []string{"sh", "-c", "echo hi; echo oops >&2; exit 4"}, &out, &errOut, 10*time.Second)
 	if err != nil || code != 4 {
 		t.Fatalf("Exec: exit %d, %v; want 4", code, err)
 	}
 	if out.String() != "hi\n" || errOut.String() != "oops\n" {
 		t.Errorf("stdout %q stderr %q", out.String(), errOut.String())
 	}
-	if _, err := rt.Usage(ctx(t), id); err != nil {
+	if _, err := rt.Stats.Usage(ctx(t), id); err != nil {
 		t.Errorf("Usage of a running container: %v", err)
 	}
-	if err := rt.Stop(ctx(t), id, 0); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rt.Exec(ctx(t), id, []string{"true"}, nil, nil, time.Second); err == nil {
+	if _, err := rt.Exec.Exec(ctx(t), id, []string{"true"}, nil, nil, time.Second); err == nil {
 		t.Errorf("Exec in an exited container succeeded")
 	}
 }
@@ -425,7 +425,7 @@ func testExecTimeout(t *testing.T, h Harness) {
 	id := run(t, rt, p.spec(h, "c", "sleep 300"))
 	waitState(t, rt, id, runtime.StateRunning)
 	begin := time.Now()
-	_, err := rt.Exec(ctx(t), id, []string{"sh", "-c", "sleep 60"}, nil, nil, 500*time.Millisecond)
+	_, err := rt.Exec.Exec(ctx(t), id, []string{"sh", "-c", "sleep 60"}, nil, nil, 500*time.Millisecond)
 	if !runtime.IsTimeout(err) {
 		t.Errorf("Exec past its timeout: %v, want a timeout error", err)
 	}
@@ -472,7 +472,7 @@ func testReadoptRunning(t *testing.T, h Harness) {
 	if st.State != runtime.StateRunning || !st.StartedAt.Equal(before.StartedAt) || st.Attempt != before.Attempt {
 		t.Errorf("after restart %+v, want the same running container", st)
 	}
-	sbs, err := rt.ListSandboxes(ctx(t))
+	sbs, err := rt.Sandboxes.ListSandboxes(ctx(t))
 	if err != nil || !containsSandbox(sbs, spec.SandboxID) {
 		t.Errorf("sandbox %s not listed after restart (%v)", spec.SandboxID, err)
 	}
@@ -507,7 +507,7 @@ func testExitWhileAway(t *testing.T, h Harness) {
 func testStopBeforeStart(t *testing.T, h Harness) {
 	rt := h.New(t)
 	p := newPod(t, rt)
-	id, err := rt.Create(ctx(t), p.spec(h, "c", "sleep 300"))
+	id, err := rt.Containers.Create(ctx(t), p.spec(h, "c", "sleep 300"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,14 +515,14 @@ func testStopBeforeStart(t *testing.T, h Harness) {
 	if st := status(t, rt, id); st.State != runtime.StateCreated {
 		t.Fatalf("re-adopted as %s, want created", st.State)
 	}
-	if err := rt.Stop(ctx(t), id, time.Second); err != nil {
+	if err := rt.Containers.Stop(ctx(t), id, time.Second); err != nil {
 		t.Fatalf("Stop of a created container: %v", err)
 	}
 	st := status(t, rt, id)
 	if st.State != runtime.StateExited || st.ExitCode != 137 || !st.StartedAt.IsZero() {
 		t.Fatalf("after Stop: %s exit %d started %v, want exited 137, never started", st.State, st.ExitCode, st.StartedAt)
 	}
-	if err := rt.Start(ctx(t), id); err == nil {
+	if err := rt.Containers.Start(ctx(t), id); err == nil {
 		if st := status(t, rt, id); st.State != runtime.StateExited {
 			t.Errorf("started after it was stopped: %s", st.State)
 		}
@@ -540,17 +540,17 @@ func testRemoveSandbox(t *testing.T, h Harness) {
 	exited := run(t, rt, p.spec(h, "b", "exit 0"))
 	waitState(t, rt, running, runtime.StateRunning)
 	waitState(t, rt, exited, runtime.StateExited)
-	if err := rt.StopSandbox(ctx(t), p.sandbox); err != nil {
+	if err := rt.Sandboxes.StopSandbox(ctx(t), p.sandbox); err != nil {
 		t.Fatal(err)
 	}
 	if st := status(t, rt, running); st.State != runtime.StateExited {
 		t.Errorf("container %s after StopSandbox, want exited", st.State)
 	}
-	if err := rt.RemoveSandbox(ctx(t), p.sandbox); err != nil {
+	if err := rt.Sandboxes.RemoveSandbox(ctx(t), p.sandbox); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{running, exited} {
-		if _, err := rt.Status(ctx(t), id); !runtime.IsNotFound(err) {
+		if _, err := rt.Containers.Status(ctx(t), id); !runtime.IsNotFound(err) {
 			t.Errorf("container %s after RemoveSandbox: %v, want not found", id, err)
 		}
 	}
@@ -561,34 +561,34 @@ func testNotFound(t *testing.T, h Harness) {
 	p := newPod(t, rt)
 	id := run(t, rt, p.spec(h, "c", "exit 0"))
 	waitState(t, rt, id, runtime.StateExited)
-	if err := rt.Remove(ctx(t), id); err != nil {
+	if err := rt.Containers.Remove(ctx(t), id); err != nil {
 		t.Fatal(err)
 	}
 	// A removed ID and one that never existed (in the runtime's own format).
 	for _, gone := range []string{id, strings.Repeat("0", len(id))} {
-		if _, err := rt.Status(ctx(t), gone); !runtime.IsNotFound(err) {
+		if _, err := rt.Containers.Status(ctx(t), gone); !runtime.IsNotFound(err) {
 			t.Errorf("Status(%s): %v", gone, err)
 		}
-		if err := rt.Start(ctx(t), gone); !runtime.IsNotFound(err) {
+		if err := rt.Containers.Start(ctx(t), gone); !runtime.IsNotFound(err) {
 			t.Errorf("Start(%s): %v", gone, err)
 		}
-		if err := rt.Stop(ctx(t), gone, 0); !runtime.IsNotFound(err) {
+		if err := rt.Containers.Stop(ctx(t), gone, 0); !runtime.IsNotFound(err) {
 			t.Errorf("Stop(%s): %v", gone, err)
 		}
-		if err := rt.Remove(ctx(t), gone); !runtime.IsNotFound(err) {
+		if err := rt.Containers.Remove(ctx(t), gone); !runtime.IsNotFound(err) {
 			t.Errorf("Remove(%s): %v", gone, err)
 		}
-		if _, err := rt.Exec(ctx(t), gone, []string{"true"}, nil, nil, time.Second); !runtime.IsNotFound(err) {
+		if _, err := rt.Exec.Exec(ctx(t), gone, []string{"true"}, nil, nil, time.Second); !runtime.IsNotFound(err) {
 			t.Errorf("Exec(%s): %v", gone, err)
 		}
-		if _, err := rt.Usage(ctx(t), gone); !runtime.IsNotFound(err) {
+		if _, err := rt.Stats.Usage(ctx(t), gone); !runtime.IsNotFound(err) {
 			t.Errorf("Usage(%s): %v", gone, err)
 		}
 	}
-	if _, err := rt.SandboxStatus(ctx(t), strings.Repeat("0", len(p.sandbox))); !runtime.IsNotFound(err) {
+	if _, err := rt.Sandboxes.SandboxStatus(ctx(t), strings.Repeat("0", len(p.sandbox))); !runtime.IsNotFound(err) {
 		t.Errorf("SandboxStatus of an unknown sandbox: %v", err)
 	}
-	list, _ := rt.List(ctx(t))
+	list, _ := rt.Containers.List(ctx(t))
 	for _, s := range list {
 		if s.ID == id {
 			t.Errorf("List still holds removed %s", id)

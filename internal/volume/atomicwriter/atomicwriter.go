@@ -1,4 +1,4 @@
-// Package volume writes the files of ConfigMap, Secret, downward API and
+// Package atomicwriter writes the files of ConfigMap, Secret, downward API and
 // projected volumes the way the kubelet lays them out, so that a reader
 // inside the container always sees one complete version of the volume:
 //
@@ -8,7 +8,7 @@
 //
 // A new version is written into a fresh timestamped directory and published
 // by renaming a new ..data symlink over the old one, one atomic step.
-package volume
+package atomicwriter
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package podworker
+package volume
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/expansion"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/volume/claim"
@@ -16,11 +17,28 @@ import (
 
 // From a container's volumeMounts to the runtime's bind mounts.
 
+// Runtime is what the container runtime does with mounts.
+type Runtime struct {
+	// Images: containers run images, so each has a root of its own (the
+	// runtime makes the mount points there) and image volumes can be
+	// mounted.
+	Images bool
+	// Mounts: volumes can be bind-mounted (the process runtime needs root).
+	Mounts bool
+}
+
+// Mounts are the container's volumeMounts as runtime mounts (see
+// containerMounts); env is the container's environment, for subPathExpr.
+func (vm *Manager) Mounts(pod *v1.Pod, c *v1.Container, paths Paths, imageIDs map[string]string, env map[string]string, rt Runtime) ([]runtime.Mount, error) {
+	return containerMounts(pod, c, paths, imageIDs, env, rt)
+}
+
 // containerMounts are the container's volumeMounts as runtime mounts, with
 // subPath and subPathExpr resolved inside the volume. API-data volumes are
 // always read-only, as upstream. Image volumes are mounted from the image
-// of their ID in imageIDs (ensureImageVolumes).
-func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]string, env map[string]string, f runtime.Features) ([]runtime.Mount, error) {
+// of their ID in imageIDs (EnsureImages). Every way it fails is a
+// containerspec.ConfigError.
+func containerMounts(pod *v1.Pod, c *v1.Container, paths Paths, imageIDs map[string]string, env map[string]string, f Runtime) ([]runtime.Mount, error) {
 	byName := map[string]v1.Volume{}
 	for _, v := range pod.Spec.Volumes {
 		byName[v.Name] = v
@@ -33,22 +51,22 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 			src, ok2 = imageIDs[vmount.Name]
 		}
 		if !ok || !ok2 {
-			return nil, configError{Msg: fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
+			return nil, containerspec.ConfigError{Msg: fmt.Sprintf("cannot find volume %q to mount into container %q", vmount.Name, c.Name)}
 		}
 		if v.Image != nil && !f.Images {
-			return nil, configError{Msg: imageVolumeUnsupported(pod, c)}
+			return nil, containerspec.ConfigError{Msg: ImageVolumeUnsupported(pod, c)}
 		}
 		if !f.Mounts {
 			if isDefaultServiceAccountVolume(v, vmount) {
 				continue // the API server adds it to every pod; its files are still in the pod directory
 			}
-			return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: mounts need the agent to run as root", vmount.Name, vmount.MountPath, c.Name)}
+			return nil, containerspec.ConfigError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: mounts need the agent to run as root", vmount.Name, vmount.MountPath, c.Name)}
 		}
 		sub := vmount.SubPath
 		if vmount.SubPathExpr != "" {
 			s, err := expansion.Expand(vmount.SubPathExpr, env)
 			if err != nil {
-				return nil, configError{Msg: fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
+				return nil, containerspec.ConfigError{Msg: fmt.Sprintf("subPathExpr of volumeMount %q of container %q %v", vmount.Name, c.Name, err)}
 			}
 			sub = s
 		}
@@ -64,7 +82,7 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 		if sub != "" {
 			p, err := subPath(src, sub)
 			if err != nil {
-				return nil, configError{Msg: fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vmount.Name, c.Name, err)}
+				return nil, containerspec.ConfigError{Msg: fmt.Sprintf("failed to prepare subPath for volumeMount %q of container %q: %v", vmount.Name, c.Name, err)}
 			}
 			host = p
 		}
@@ -75,7 +93,7 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths, imageIDs map[string]st
 			// the host's. A container with an image has a root of its own,
 			// where the runtime makes it (the host's paths say nothing).
 			if err := mountPointFor(host, vmount.MountPath); err != nil {
-				return nil, configError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
+				return nil, containerspec.ConfigError{Msg: fmt.Sprintf("volume %q cannot be mounted at %s in container %q: %v", vmount.Name, vmount.MountPath, c.Name, err)}
 			}
 		}
 		out = append(out, runtime.Mount{HostPath: host, ContainerPath: vmount.MountPath, ReadOnly: ro})

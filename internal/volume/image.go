@@ -1,4 +1,4 @@
-package podworker
+package volume
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/containerspec"
 	"github.com/podvisor/podvisor/internal/images"
 	"github.com/podvisor/podvisor/internal/podref"
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -37,33 +38,34 @@ func mountedImageVolumes(pod *v1.Pod, c *v1.Container) []*v1.Volume {
 	return out
 }
 
-// imageVolumeUnsupported says why a runtime without images cannot run c: the
+// ImageVolumeUnsupported says why a runtime without images cannot run c: the
 // first image volume it mounts; "" when it mounts none.
-func imageVolumeUnsupported(pod *v1.Pod, c *v1.Container) string {
+func ImageVolumeUnsupported(pod *v1.Pod, c *v1.Container) string {
 	if vols := mountedImageVolumes(pod, c); len(vols) > 0 {
 		return fmt.Sprintf("container %q: volume %q is an image volume (volumes[].image), which the process runtime cannot mount: it runs host processes and has no images (use --runtime=containerd)", c.Name, vols[0].Name)
 	}
 	return ""
 }
 
-// ensureImageVolumes makes the image of every image volume c mounts present
+// EnsureImages makes the image of every image volume c mounts present
 // as its pull policy says and returns each image's ID by volume name. As
 // upstream, every volume is tried; a failure is an *images.Failure — the
 // last in c's volumeMounts' order, which the container waits with — and
 // each failing mount but that one gets its Failed event here (the caller
 // records the returned failure's).
-func (w *worker) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Container) (map[string]string, error) {
+func (vm *Manager) EnsureImages(ctx context.Context, pod *v1.Pod, c *v1.Container) (map[string]string, error) {
 	vols := mountedImageVolumes(pod, c)
-	if len(vols) == 0 || w.m.images == nil {
+	if len(vols) == 0 || vm.cfg.Images == nil {
 		return nil, nil
 	}
 	ids := map[string]string{}
 	failed := map[string]*images.Failure{}
 	for _, v := range vols {
-		img, err := w.m.images.Ensure(ctx, images.Request{
-			Pod: pod, Volume: v,
-			PullSecrets: func(ctx context.Context) []v1.Secret { return w.m.pullSecrets(ctx, pod) },
-		})
+		req := images.Request{Pod: pod, Volume: v}
+		if vm.cfg.PullSecrets != nil {
+			req.PullSecrets = func(ctx context.Context) []v1.Secret { return vm.cfg.PullSecrets(ctx, pod) }
+		}
+		img, err := vm.cfg.Images.Ensure(ctx, req)
 		var f *images.Failure
 		switch {
 		case errors.As(err, &f):
@@ -81,7 +83,7 @@ func (w *worker) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Cont
 			continue
 		}
 		if last != nil {
-			w.m.cfg.Recorder.Event(podref.Container(pod, c.Name), v1.EventTypeWarning, images.EventFailed, images.FailedEventMessage(last.Reason))
+			vm.cfg.Recorder.Event(podref.Container(pod, c.Name), v1.EventTypeWarning, images.EventFailed, images.FailedEventMessage(last.Reason))
 		}
 		last = f
 	}
@@ -98,11 +100,11 @@ func (w *worker) ensureImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Cont
 func imageVolumeMount(vmount v1.VolumeMount, v v1.Volume, imageID, sub string) (runtime.Mount, error) {
 	if sub != "" {
 		if filepath.IsAbs(sub) {
-			return runtime.Mount{}, configError{Msg: fmt.Sprintf("error SubPath `%s` must not be an absolute path", sub)}
+			return runtime.Mount{}, containerspec.ConfigError{Msg: fmt.Sprintf("error SubPath `%s` must not be an absolute path", sub)}
 		}
 		for _, part := range strings.Split(filepath.ToSlash(sub), "/") {
 			if part == ".." {
-				return runtime.Mount{}, configError{Msg: fmt.Sprintf("unable to provision SubPath `%s`: must not contain '..'", sub)}
+				return runtime.Mount{}, containerspec.ConfigError{Msg: fmt.Sprintf("unable to provision SubPath `%s`: must not contain '..'", sub)}
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package podworker
+package volume
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ import (
 // tmpfs for medium Memory when the agent is root. sizeLimit is not enforced
 // (upstream evicts the pod; podvisor has no eviction yet), except as the
 // size of a tmpfs.
-func (vm *volumeManager) setupEmptyDir(dir string, pod *v1.Pod, ed *v1.EmptyDirVolumeSource) (made bool, err error) {
+func (vm *Manager) setupEmptyDir(dir string, pod *v1.Pod, ed *v1.EmptyDirVolumeSource) (made bool, err error) {
 	if _, err := os.Stat(dir); err == nil {
 		return false, nil
 	}
@@ -34,7 +34,7 @@ func (vm *volumeManager) setupEmptyDir(dir string, pod *v1.Pod, ed *v1.EmptyDirV
 		return true, nil
 	case v1.StorageMediumMemory:
 		if os.Geteuid() != 0 {
-			vm.m.cfg.Log.Info("emptyDir medium Memory is on disk: the agent is not root", "pod", pod.Namespace+"/"+pod.Name, "dir", dir)
+			vm.cfg.Log.Info("emptyDir medium Memory is on disk: the agent is not root", "pod", pod.Namespace+"/"+pod.Name, "dir", dir)
 			return true, nil
 		}
 		opts := "mode=1777"
@@ -108,21 +108,21 @@ func checkHostPath(hp *v1.HostPathVolumeSource) error {
 	return nil
 }
 
-// teardownVolumes unmounts what setup mounted under the pod's directory
-// (memory-backed emptyDirs), so that removing the directory removes all.
+// TearDown unmounts what SetUp mounted under the pod directory podDir
+// (memory-backed emptyDirs), so that removing the directory removes all; it
+// is also how the directory of a pod the agent does not know is emptied.
 // Reading /proc/self/mountinfo while other mounts come and go (a busy
 // node: containerd mounting rootfs) can miss an entry, and a missed tmpfs
 // stayed mounted with its directory, so each volume directory is also
 // unmounted by path (EINVAL for one that is no mount point).
-func (w *worker) teardownVolumes() {
-	dir := w.podDir()
-	unmountUnder(dir)
-	plugins, _ := os.ReadDir(filepath.Join(dir, "volumes"))
+func (vm *Manager) TearDown(podDir string) {
+	unmountUnder(podDir)
+	plugins, _ := os.ReadDir(filepath.Join(podDir, "volumes"))
 	for _, p := range plugins {
-		vols, _ := os.ReadDir(filepath.Join(dir, "volumes", p.Name()))
+		vols, _ := os.ReadDir(filepath.Join(podDir, "volumes", p.Name()))
 		for _, v := range vols {
 			if v.IsDir() {
-				_ = unix.Unmount(filepath.Join(dir, "volumes", p.Name(), v.Name()), unix.MNT_DETACH)
+				_ = unix.Unmount(filepath.Join(podDir, "volumes", p.Name(), v.Name()), unix.MNT_DETACH)
 			}
 		}
 	}
@@ -130,14 +130,9 @@ func (w *worker) teardownVolumes() {
 
 // sweep removes the directories of pods no worker holds that a plain
 // removal could not remove because a tmpfs was still mounted in them.
-func (vm *volumeManager) sweep() {
-	live := map[string]bool{}
-	vm.m.mu.Lock()
-	for _, w := range vm.m.workers {
-		live[w.podDirName()] = true
-	}
-	vm.m.mu.Unlock()
-	root := filepath.Clean(vm.m.cfg.PodsDir) + string(filepath.Separator)
+func (vm *Manager) sweep() {
+	live := vm.cfg.Pods.Dirs()
+	root := filepath.Clean(vm.cfg.PodsDir) + string(filepath.Separator)
 	for _, mp := range mountPoints() {
 		rest, ok := strings.CutPrefix(mp, root)
 		if !ok {

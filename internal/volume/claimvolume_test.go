@@ -1,4 +1,4 @@
-package podworker
+package volume
 
 import (
 	"context"
@@ -13,8 +13,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 // A claim that is not bound holds the pod back with the kubelet's
@@ -26,12 +24,13 @@ func TestClaimVolumeWaitsForItsPVThenMountsIt(t *testing.T) {
 	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "c", ReadOnly: true}}}}
 	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: "/data", SubPath: "sub"}}
 	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "claim-uid"}, Status: v1.PersistentVolumeClaimStatus{Phase: v1.ClaimPending}}
-	w, cs, rec := volumeWorker(t, pod, pvc)
+	f := newFixture(t, pod, pvc)
+	cs, rec := f.client, f.rec
 	ctx := context.Background()
 
-	_, err := w.setupVolumes(ctx, pod)
+	_, err := f.vm.SetUp(ctx, pod, f.podDir)
 	want := "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process volumes=[data]: error processing PVC ns/c: PVC is not bound"
-	var me mountError
+	var me MountError
 	if !errors.As(err, &me) || err.Error() != want {
 		t.Fatalf("got %v, want a mount error %q", err, want)
 	}
@@ -50,14 +49,14 @@ func TestClaimVolumeWaitsForItsPVThenMountsIt(t *testing.T) {
 	if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	paths, err := w.setupVolumes(ctx, pod)
+	paths, err := f.vm.SetUp(ctx, pod, f.podDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if paths["data"] != dir {
 		t.Errorf("volume at %s, want %s", paths["data"], dir)
 	}
-	mounts, err := containerMounts(pod, &pod.Spec.Containers[0], paths, nil, nil, runtime.Features{Mounts: true, Images: true})
+	mounts, err := containerMounts(pod, &pod.Spec.Containers[0], paths, nil, nil, Runtime{Mounts: true, Images: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +93,7 @@ func TestLocalClaimVolumeGetsTheFSGroupOncePerPod(t *testing.T) {
 			&v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + c.claim}, Spec: v1.PersistentVolumeSpec{PersistentVolumeSource: c.src,
 				ClaimRef: &v1.ObjectReference{Namespace: "ns", Name: c.claim, UID: types.UID("uid-" + c.claim)}}})
 	}
-	w, _, _ := volumeWorker(t, pod, objs...)
+	f := newFixture(t, pod, objs...)
 	group := func(dir string) uint32 {
 		fi, err := os.Stat(dir)
 		if err != nil {
@@ -102,7 +101,7 @@ func TestLocalClaimVolumeGetsTheFSGroupOncePerPod(t *testing.T) {
 		}
 		return fi.Sys().(*syscall.Stat_t).Gid
 	}
-	if _, err := w.setupVolumes(context.Background(), pod); err != nil {
+	if _, err := f.vm.SetUp(context.Background(), pod, f.podDir); err != nil {
 		t.Fatal(err)
 	}
 	if g := group(localDir); g != gid {
@@ -114,7 +113,7 @@ func TestLocalClaimVolumeGetsTheFSGroupOncePerPod(t *testing.T) {
 	if err := os.Chown(localDir, -1, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.setupVolumes(context.Background(), pod); err != nil {
+	if _, err := f.vm.SetUp(context.Background(), pod, f.podDir); err != nil {
 		t.Fatal(err)
 	}
 	if g := group(localDir); g != 0 {

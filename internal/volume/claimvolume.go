@@ -1,4 +1,4 @@
-package podworker
+package volume
 
 import (
 	"context"
@@ -21,9 +21,9 @@ import (
 // A writable local PV gets the pod's fsGroup the first time, as the
 // kubelet's local volume plugin does when it mounts it (hostPath PVs do
 // not, as upstream's hostPath plugin).
-func (vm *volumeManager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs *podVolumes) (string, error) {
+func (vm *Manager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs *podVolumes) (string, error) {
 	name, _, _ := claim.Name(pod, &v)
-	client := vm.m.cfg.Client
+	client := vm.cfg.Client
 	if client == nil {
 		return "", &claim.Error{Msg: "persistent volumes need the API server"}
 	}
@@ -38,13 +38,13 @@ func (vm *volumeManager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volum
 		}
 	}
 	var labels map[string]string
-	if vm.m.cfg.Node != nil {
-		if n, err := vm.m.cfg.Node(); err == nil && n != nil {
+	if vm.cfg.Node != nil {
+		if n, err := vm.cfg.Node(); err == nil && n != nil {
 			labels = n.Labels
 		}
 	}
 	if labels == nil { // the Node not known yet: its name is its hostname label
-		labels = map[string]string{v1.LabelHostname: vm.m.cfg.NodeName}
+		labels = map[string]string{v1.LabelHostname: vm.cfg.NodeName}
 	}
 	m, err := claim.Resolve(pod, &v, pvc, pvcErr, pv, pvErr, labels)
 	if err != nil {
