@@ -90,7 +90,8 @@ func TestKubectlTop(t *testing.T) {
 func waitTopNodes(t *testing.T, p *Podvisor, nodes ...string) {
 	t.Helper()
 	Eventually(t, 3*time.Minute, "kubectl top node shows figures of "+strings.Join(nodes, ", "), func() (bool, error) {
-		out, errOut, code := p.kubectl(t, "", nil, append([]string{"top", "node", "--no-headers"}, nodes...)...)
+		// Every node: kubectl top node takes one name at most.
+		out, errOut, code := p.kubectl(t, "", nil, "top", "node", "--no-headers")
 		if code != 0 {
 			return false, fmt.Errorf("exit %d: %q %q", code, out, errOut)
 		}
