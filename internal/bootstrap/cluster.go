@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	"github.com/podvisor/podvisor/internal/ensure"
 )
 
 // ClusterInfo is the kubeconfig published in kube-public/cluster-info: the
@@ -38,16 +40,16 @@ func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface, server st
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"},
 			ResourceNames: []string{bootstrapapi.ConfigMapClusterInfo}, Verbs: []string{"get"}}},
 	}
-	if _, err := c.RbacV1().Roles(role.Namespace).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("role %s: %w", role.Name, err)
+	if err := ensure.Created(ctx, c.RbacV1().Roles(role.Namespace), role, "role "+role.Name); err != nil {
+		return err
 	}
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: role.Namespace},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "system:anonymous"}},
 	}
-	if _, err := c.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("role binding %s: %w", rb.Name, err)
+	if err := ensure.Created(ctx, c.RbacV1().RoleBindings(rb.Namespace), rb, "role binding "+rb.Name); err != nil {
+		return err
 	}
 	for _, b := range []struct{ name, role, group string }{
 		// A token holder may create a CSR…
@@ -62,8 +64,8 @@ func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface, server st
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.role},
 			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.group}},
 		}
-		if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("cluster role binding %s: %w", b.name, err)
+		if err := ensure.Created(ctx, c.RbacV1().ClusterRoleBindings(), crb, "cluster role binding "+b.name); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,12 +2,13 @@ package clusterdns
 
 import (
 	"context"
-	"fmt"
+	"errors"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/podvisor/podvisor/internal/ensure"
 )
 
 // nodeRole is what a node's DNS needs with the node's own credentials: to
@@ -46,24 +47,10 @@ func ensureNodeAccess(ctx context.Context, c kubernetes.Interface) error {
 		Subjects:   binding.Subjects,
 	}
 	rbac := c.RbacV1()
-	for _, create := range []func() error{
-		func() error { _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); return err },
-		func() error {
-			_, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.Roles("kube-system").Create(ctx, nsRole, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
-			_, err := rbac.RoleBindings("kube-system").Create(ctx, nsBinding, metav1.CreateOptions{})
-			return err
-		},
-	} {
-		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("RBAC %s for nodes' DNS: %w", nodeRole, err)
-		}
-	}
-	return nil
+	what := "RBAC " + nodeRole + " for nodes' DNS"
+	return errors.Join(
+		ensure.Object(ctx, rbac.ClusterRoles(), role, what),
+		ensure.Object(ctx, rbac.ClusterRoleBindings(), binding, what),
+		ensure.Object(ctx, rbac.Roles("kube-system"), nsRole, what),
+		ensure.Object(ctx, rbac.RoleBindings("kube-system"), nsBinding, what))
 }

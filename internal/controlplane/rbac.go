@@ -2,12 +2,12 @@ package controlplane
 
 import (
 	"context"
-	"fmt"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/podvisor/podvisor/internal/ensure"
 )
 
 // nodeNetworkRole lets nodes read every Node: each agent's pod network
@@ -30,13 +30,8 @@ func ensureRBAC(ctx context.Context, c kubernetes.Interface) error {
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: nodeNetworkRole, Labels: managedBy}, Rules: []rbacv1.PolicyRule{{
 		APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"},
 	}}}
-	roles := c.RbacV1().ClusterRoles()
-	_, err := roles.Create(ctx, role, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = roles.Update(ctx, role, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("cluster role %s: %w", nodeNetworkRole, err)
+	if err := ensure.Object(ctx, c.RbacV1().ClusterRoles(), role, "cluster role "+nodeNetworkRole); err != nil {
+		return err
 	}
 	for name, roleName := range map[string]string{nodeNetworkRole: nodeNetworkRole, nodeProxierBinding: "system:node-proxier"} {
 		if err := ensureNodesBinding(ctx, c, name, roleName); err != nil {
@@ -52,13 +47,5 @@ func ensureNodesBinding(ctx context.Context, c kubernetes.Interface, name, role 
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
 	}
-	bindings := c.RbacV1().ClusterRoleBindings()
-	_, err := bindings.Create(ctx, binding, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		_, err = bindings.Update(ctx, binding, metav1.UpdateOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("cluster role binding %s: %w", name, err)
-	}
-	return nil
+	return ensure.Object(ctx, c.RbacV1().ClusterRoleBindings(), binding, "cluster role binding "+name)
 }

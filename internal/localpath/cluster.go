@@ -2,12 +2,12 @@ package localpath
 
 import (
 	"context"
-	"fmt"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/podvisor/podvisor/internal/ensure"
 )
 
 // nodeRole is what a node's provisioner needs with the node's own
@@ -19,9 +19,8 @@ const nodeRole = "podvisor:local-path-provisioner"
 // local-path exists (the user's edits stay), and lets every node run the
 // provisioner. The server calls it.
 func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface) error {
-	_, err := c.StorageV1().StorageClasses().Create(ctx, DefaultStorageClass(), metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("StorageClass %s: %w", StorageClassName, err)
+	if err := ensure.Created(ctx, c.StorageV1().StorageClasses(), DefaultStorageClass(), "StorageClass "+StorageClassName); err != nil {
+		return err
 	}
 	rw := []string{"get", "list", "watch", "create", "update", "patch", "delete"}
 	role := &rbacv1.ClusterRole{
@@ -38,17 +37,8 @@ func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface) error {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: nodeRole},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
 	}
-	rbac := c.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-		_, err = rbac.ClusterRoles().Update(ctx, role, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("cluster role %s: %w", nodeRole, err)
-		}
-	} else if err != nil {
-		return fmt.Errorf("cluster role %s: %w", nodeRole, err)
+	if err := ensure.Object(ctx, c.RbacV1().ClusterRoles(), role, "cluster role "+nodeRole); err != nil {
+		return err
 	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("cluster role binding %s: %w", nodeRole, err)
-	}
-	return nil
+	return ensure.Created(ctx, c.RbacV1().ClusterRoleBindings(), binding, "cluster role binding "+nodeRole)
 }

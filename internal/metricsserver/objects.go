@@ -15,6 +15,8 @@ import (
 	apiregv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/ensure"
 )
 
 // Names as upstream's and k3s's manifests name them: charts, dashboards
@@ -122,29 +124,16 @@ func rbac() ([]*rbacv1.ClusterRole, []*rbacv1.ClusterRoleBinding, *rbacv1.RoleBi
 func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface, agg aggregator.Interface, addr net.IP, port int, caBundle []byte) error {
 	roles, bindings, reader := rbac()
 	for _, r := range roles {
-		if err := apply(r.Name, func() error { _, err := c.RbacV1().ClusterRoles().Create(ctx, r, metav1.CreateOptions{}); return err },
-			func() error { _, err := c.RbacV1().ClusterRoles().Update(ctx, r, metav1.UpdateOptions{}); return err }); err != nil {
+		if err := ensure.Object(ctx, c.RbacV1().ClusterRoles(), r, "metrics-server object "+r.Name); err != nil {
 			return err
 		}
 	}
 	for _, b := range bindings {
-		if err := apply(b.Name, func() error {
-			_, err := c.RbacV1().ClusterRoleBindings().Create(ctx, b, metav1.CreateOptions{})
-			return err
-		}, func() error {
-			_, err := c.RbacV1().ClusterRoleBindings().Update(ctx, b, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
+		if err := ensure.Object(ctx, c.RbacV1().ClusterRoleBindings(), b, "metrics-server object "+b.Name); err != nil {
 			return err
 		}
 	}
-	if err := apply(reader.Name, func() error {
-		_, err := c.RbacV1().RoleBindings(Namespace).Create(ctx, reader, metav1.CreateOptions{})
-		return err
-	}, func() error {
-		_, err := c.RbacV1().RoleBindings(Namespace).Update(ctx, reader, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
+	if err := ensure.Object(ctx, c.RbacV1().RoleBindings(Namespace), reader, "metrics-server object "+reader.Name); err != nil {
 		return err
 	}
 	if err := ensureService(ctx, c, port); err != nil {
@@ -154,18 +143,6 @@ func EnsureClusterObjects(ctx context.Context, c kubernetes.Interface, agg aggre
 		return err
 	}
 	return ensureAPIService(ctx, agg, APIService(caBundle))
-}
-
-// apply creates an object, or updates it when it exists.
-func apply(name string, create, update func() error) error {
-	err := create()
-	if apierrors.IsAlreadyExists(err) {
-		err = update()
-	}
-	if err != nil {
-		return fmt.Errorf("metrics-server object %s: %w", name, err)
-	}
-	return nil
 }
 
 // ensureService keeps the Service's ClusterIP: only its port is ours to set.
