@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/google/go-cmp/cmp"
-	"github.com/kubernetes-csi/csi-test/v5/driver"
 	"go.uber.org/mock/gomock"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/csi/csinode"
+	"github.com/podvisor/podvisor/internal/csi/csitest"
 	"github.com/podvisor/podvisor/internal/csi/registration"
 )
 
@@ -33,37 +31,12 @@ const driverName = "mock.csi.example.com"
 // answers as a driver on node n1 in zone z1 with a limit of 12 volumes.
 func mockDriver(t *testing.T, dir string) (endpoint string) {
 	t.Helper()
-	ctrl := gomock.NewController(t)
-	node := driver.NewMockNodeServer(ctrl)
-	node.EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(&csi.NodeGetInfoResponse{
+	endpoint = filepath.Join(dir, "csi.sock")
+	csitest.Driver(t, endpoint).EXPECT().NodeGetInfo(gomock.Any(), gomock.Any()).Return(&csi.NodeGetInfoResponse{
 		NodeId: "n1-in-driver", MaxVolumesPerNode: 12,
 		AccessibleTopology: &csi.Topology{Segments: map[string]string{"topology.mock.csi/zone": "z1"}},
 	}, nil).AnyTimes()
-	d := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{
-		Identity: driver.NewMockIdentityServer(ctrl), Controller: driver.NewMockControllerServer(ctrl), Node: node,
-	})
-	endpoint = filepath.Join(dir, "csi.sock")
-	if err := d.StartOnAddress("unix", endpoint); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
 	return endpoint
-}
-
-// registrar is node-driver-registrar's registration server, faked.
-type registrar struct {
-	regapi.UnimplementedRegistrationServer
-	info   regapi.PluginInfo
-	status chan *regapi.RegistrationStatus
-}
-
-func (r *registrar) GetInfo(context.Context, *regapi.InfoRequest) (*regapi.PluginInfo, error) {
-	return &r.info, nil
-}
-
-func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *regapi.RegistrationStatus) (*regapi.RegistrationStatusResponse, error) {
-	r.status <- s
-	return &regapi.RegistrationStatusResponse{}, nil
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -95,26 +68,13 @@ func TestRegistrarSocketToCSINode(t *testing.T) {
 	w := &registration.Watcher{Dir: regDir, Handler: reg, Clock: clocktesting.NewFakeClock(time.Now()),
 		Interval: time.Second, CallTimeout: time.Minute, Log: discard()}
 
-	r := &registrar{status: make(chan *regapi.RegistrationStatus, 4), info: regapi.PluginInfo{
+	r := &csitest.Registrar{Info: regapi.PluginInfo{
 		Type: regapi.CSIPlugin, Name: driverName, Endpoint: endpoint, SupportedVersions: []string{"1.0.0"}}}
-	socket := filepath.Join(regDir, driverName+"-reg.sock")
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	regapi.RegisterRegistrationServer(srv, r)
-	go srv.Serve(l)
-	t.Cleanup(srv.Stop)
+	stop := r.Serve(t, filepath.Join(regDir, driverName+"-reg.sock"))
 
 	w.Sync(ctx)
-	select {
-	case s := <-r.status:
-		if !s.PluginRegistered {
-			t.Fatalf("registration refused: %s", s.Error)
-		}
-	default:
-		t.Fatal("the registrar was not told the outcome")
+	if s := r.Told(); len(s) != 1 || !s[0].PluginRegistered {
+		t.Fatalf("registrar was told %v, want one success", s)
 	}
 	want := []storagev1.CSINodeDriver{{Name: driverName, NodeID: "n1-in-driver",
 		TopologyKeys: []string{"topology.mock.csi/zone"}, Allocatable: &storagev1.VolumeNodeResources{Count: ptr.To[int32](12)}}}
@@ -133,8 +93,7 @@ func TestRegistrarSocketToCSINode(t *testing.T) {
 	}
 
 	// The registrar exits and its socket is removed: the driver goes.
-	srv.Stop()
-	os.Remove(socket)
+	stop()
 	w.Sync(ctx)
 	if _, _, ok := reg.Get(driverName); ok {
 		t.Fatal("driver still registered after its socket went away")

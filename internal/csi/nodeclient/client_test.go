@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/podvisor/podvisor/internal/csi/csitest"
 	"github.com/podvisor/podvisor/internal/csi/noderequest"
 )
 
@@ -27,18 +28,8 @@ import (
 // expectations on and a client dialled to it.
 func mockDriver(t *testing.T) (*driver.MockNodeServer, *Client) {
 	t.Helper()
-	ctrl := gomock.NewController(t)
-	node := driver.NewMockNodeServer(ctrl)
-	d := driver.NewMockCSIDriver(&driver.MockCSIDriverServers{
-		Identity:   driver.NewMockIdentityServer(ctrl),
-		Controller: driver.NewMockControllerServer(ctrl),
-		Node:       node,
-	})
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	if err := d.StartOnAddress("unix", sock); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Stop)
+	node := csitest.Driver(t, sock)
 	c, err := Dial(sock)
 	if err != nil {
 		t.Fatal(err)

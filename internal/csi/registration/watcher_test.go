@@ -5,62 +5,17 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
 	regapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/podvisor/podvisor/internal/csi/csitest"
 )
-
-// registrar is the registration server a driver's node-driver-registrar
-// runs, faked: it answers GetInfo and records the statuses it is told.
-type registrar struct {
-	regapi.UnimplementedRegistrationServer
-	info regapi.PluginInfo
-
-	mu       sync.Mutex
-	statuses []*regapi.RegistrationStatus
-}
-
-func (r *registrar) GetInfo(context.Context, *regapi.InfoRequest) (*regapi.PluginInfo, error) {
-	return &r.info, nil
-}
-
-func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *regapi.RegistrationStatus) (*regapi.RegistrationStatusResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.statuses = append(r.statuses, s)
-	return &regapi.RegistrationStatusResponse{}, nil
-}
-
-func (r *registrar) told() []*regapi.RegistrationStatus {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*regapi.RegistrationStatus(nil), r.statuses...)
-}
-
-// serve runs a registrar on socket until stop is called; stop removes the
-// socket, as a registrar that exits does.
-func serve(t *testing.T, socket string, r *registrar) (stop func()) {
-	t.Helper()
-	l, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	regapi.RegisterRegistrationServer(s, r)
-	go s.Serve(l)
-	var once sync.Once
-	stop = func() { once.Do(func() { s.Stop(); os.Remove(socket) }) }
-	t.Cleanup(stop)
-	return stop
-}
 
 type handler struct {
 	fail       error
@@ -90,14 +45,14 @@ func TestRegistersADriverAndTellsTheRegistrar(t *testing.T) {
 	h := &handler{}
 	w := newWatcher(t, h)
 	socket := filepath.Join(w.Dir, "hostpath.csi.k8s.io-reg.sock")
-	r := &registrar{info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "hostpath.csi.k8s.io",
+	r := &csitest.Registrar{Info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "hostpath.csi.k8s.io",
 		Endpoint: "/var/lib/podvisor/plugins/csi-hostpath/csi.sock", SupportedVersions: []string{"1.0.0"}}}
-	stop := serve(t, socket, r)
+	stop := r.Serve(t, socket)
 	// Not a socket, and a hidden socket: both ignored.
 	if err := os.WriteFile(filepath.Join(w.Dir, "notes.txt"), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	serve(t, filepath.Join(w.Dir, ".hidden.sock"), &registrar{info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "hidden", SupportedVersions: []string{"1.0.0"}}})
+	(&csitest.Registrar{Info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "hidden", SupportedVersions: []string{"1.0.0"}}}).Serve(t, filepath.Join(w.Dir, ".hidden.sock"))
 
 	ctx := context.Background()
 	w.Sync(ctx)
@@ -105,7 +60,7 @@ func TestRegistersADriverAndTellsTheRegistrar(t *testing.T) {
 	if d := cmp.Diff(want, h.registered); d != "" {
 		t.Fatalf("registered (-want +got):\n%s", d)
 	}
-	if s := r.told(); len(s) != 1 || !s[0].PluginRegistered || s[0].Error != "" {
+	if s := r.Told(); len(s) != 1 || !s[0].PluginRegistered || s[0].Error != "" {
 		t.Fatalf("registrar was told %v, want one successful status", s)
 	}
 	if got := w.Registered(); !cmp.Equal(got, map[string]string{socket: "hostpath.csi.k8s.io"}) {
@@ -114,8 +69,8 @@ func TestRegistersADriverAndTellsTheRegistrar(t *testing.T) {
 
 	// A second sync with nothing changed does not register again.
 	w.Sync(ctx)
-	if len(h.registered) != 1 || len(r.told()) != 1 {
-		t.Fatalf("unchanged socket was registered again: %v, statuses %v", h.registered, r.told())
+	if len(h.registered) != 1 || len(r.Told()) != 1 {
+		t.Fatalf("unchanged socket was registered again: %v, statuses %v", h.registered, r.Told())
 	}
 
 	// The registrar goes away: the driver is deregistered.
@@ -132,12 +87,12 @@ func TestRegistersADriverAndTellsTheRegistrar(t *testing.T) {
 func TestRefusedRegistrationIsReportedAndRetried(t *testing.T) {
 	h := &handler{fail: errors.New("NodeGetInfo: driver not ready")}
 	w := newWatcher(t, h)
-	r := &registrar{info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "d", SupportedVersions: []string{"1.0.0"}}}
-	serve(t, filepath.Join(w.Dir, "d.sock"), r)
+	r := &csitest.Registrar{Info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "d", SupportedVersions: []string{"1.0.0"}}}
+	r.Serve(t, filepath.Join(w.Dir, "d.sock"))
 
 	ctx := context.Background()
 	w.Sync(ctx)
-	s := r.told()
+	s := r.Told()
 	if len(s) != 1 || s[0].PluginRegistered || s[0].Error != "NodeGetInfo: driver not ready" {
 		t.Fatalf("registrar was told %v, want one failure with the handler's error", s)
 	}
@@ -148,7 +103,7 @@ func TestRefusedRegistrationIsReportedAndRetried(t *testing.T) {
 	// Once the handler accepts it, the next sync registers it.
 	h.fail = nil
 	w.Sync(ctx)
-	s = r.told()
+	s = r.Told()
 	if len(s) != 2 || !s[1].PluginRegistered {
 		t.Fatalf("registrar was told %v, want a success after the retry", s)
 	}
@@ -157,13 +112,13 @@ func TestRefusedRegistrationIsReportedAndRetried(t *testing.T) {
 func TestInvalidPluginIsRefused(t *testing.T) {
 	h := &handler{}
 	w := newWatcher(t, h)
-	r := &registrar{info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "old", SupportedVersions: []string{"0.3.0"}}}
-	serve(t, filepath.Join(w.Dir, "old.sock"), r)
+	r := &csitest.Registrar{Info: regapi.PluginInfo{Type: regapi.CSIPlugin, Name: "old", SupportedVersions: []string{"0.3.0"}}}
+	r.Serve(t, filepath.Join(w.Dir, "old.sock"))
 	w.Sync(context.Background())
 	if len(h.registered) != 0 {
 		t.Fatalf("a CSI 0.x driver was handed on: %v", h.registered)
 	}
-	if s := r.told(); len(s) != 1 || s[0].PluginRegistered || s[0].Error == "" {
+	if s := r.Told(); len(s) != 1 || s[0].PluginRegistered || s[0].Error == "" {
 		t.Fatalf("registrar was told %v, want a failure with a reason", s)
 	}
 }
