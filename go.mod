@@ -14,9 +14,10 @@ require (
 	github.com/docker/go-units v0.5.0
 	github.com/flannel-io/flannel v0.28.10
 	github.com/godbus/dbus/v5 v5.2.2
+	github.com/golang/mock v1.6.0
 	github.com/google/go-containerregistry v0.20.7
 	github.com/klauspost/compress v1.19.1
-	github.com/kubernetes-csi/csi-test/v5 v5.6.0
+	github.com/kubernetes-csi/csi-test/v5 v5.3.1
 	github.com/miekg/dns v1.1.72
 	github.com/pelletier/go-toml/v2 v2.3.0
 	github.com/prometheus/client_golang v1.24.1
@@ -24,7 +25,6 @@ require (
 	go.etcd.io/etcd/etcdutl/v3 v3.6.8
 	go.etcd.io/etcd/server/v3 v3.7.2
 	go.opentelemetry.io/otel/trace v1.45.0
-	go.uber.org/mock v0.6.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.48.0
 	google.golang.org/grpc v1.83.2
@@ -99,7 +99,7 @@ require (
 	github.com/checkpoint-restore/checkpointctl v1.5.0 // indirect
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0 // indirect
 	github.com/cilium/ebpf v0.17.3 // indirect
-	github.com/container-storage-interface/spec v1.13.0
+	github.com/container-storage-interface/spec v1.11.0
 	github.com/containerd/cgroups/v3 v3.1.3 // indirect
 	github.com/containerd/console v1.0.5 // indirect
 	github.com/containerd/continuity v0.5.0 // indirect
@@ -253,7 +253,7 @@ require (
 	golang.org/x/tools v0.48.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260803160001-6ac0973c030d // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260803160001-6ac0973c030d // indirect
-	google.golang.org/protobuf v1.36.12
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/go-jose/go-jose.v2 v2.6.3 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/golang/mock/gomock"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
-	"go.uber.org/mock/gomock"
 	"google.golang.org/grpc"
 	regapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
