@@ -14,8 +14,10 @@ require (
 	github.com/docker/go-units v0.5.0
 	github.com/flannel-io/flannel v0.28.10
 	github.com/godbus/dbus/v5 v5.2.2
+	github.com/golang/mock v1.6.0
 	github.com/google/go-containerregistry v0.20.7
 	github.com/klauspost/compress v1.19.1
+	github.com/kubernetes-csi/csi-test/v5 v5.3.1
 	github.com/miekg/dns v1.1.72
 	github.com/pelletier/go-toml/v2 v2.3.0
 	github.com/prometheus/client_golang v1.24.1
@@ -102,7 +104,7 @@ require (
 	github.com/checkpoint-restore/checkpointctl v1.5.0 // indirect
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0 // indirect
 	github.com/cilium/ebpf v0.17.3 // indirect
-	github.com/container-storage-interface/spec v1.11.0 // indirect
+	github.com/container-storage-interface/spec v1.11.0
 	github.com/containerd/cgroups/v3 v3.1.3 // indirect
 	github.com/containerd/console v1.0.5 // indirect
 	github.com/containerd/continuity v0.5.0 // indirect
