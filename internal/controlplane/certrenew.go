@@ -74,6 +74,20 @@ func RotateCertificates(dataDir string) ([]string, error) {
 		}
 		done = append(done, p.Path(stem+".crt"))
 	}
+	// The front-proxy client is the front-proxy CA's (a data dir of a
+	// podvisor older than the aggregation layer has neither: its next
+	// start makes both).
+	if old, err := loadCert(p.Path(frontProxyClientStem + ".crt")); err == nil {
+		fpCA, fpSigner, err := loadPair(p.Path(frontProxyCACert), p.Path(frontProxyCAKey))
+		if err != nil {
+			return done, fmt.Errorf("front-proxy certificate authority in %s: %w", p.Dir, err)
+		}
+		tmpl := &x509.Certificate{Subject: old.Subject, ExtKeyUsage: old.ExtKeyUsage}
+		if err := p.issueLeaf(fpCA, fpSigner, tmpl, frontProxyClientStem); err != nil {
+			return done, fmt.Errorf("certificate %s: %w", p.Path(frontProxyClientStem+".crt"), err)
+		}
+		done = append(done, p.Path(frontProxyClientStem+".crt"))
+	}
 	return done, nil
 }
 

@@ -307,6 +307,19 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		"--profiling=false",
 		// Nodes join with bootstrap tokens (internal/bootstrap).
 		"--enable-bootstrap-token-auth=true",
+		// The aggregation layer (APIServices backed by a Service, such as
+		// metrics-server or a sample API server): the proxied request
+		// carries the user in these headers, under the front-proxy
+		// client certificate, which the extension server checks against
+		// the CA and name kube-apiserver publishes in kube-system's
+		// extension-apiserver-authentication ConfigMap.
+		"--requestheader-client-ca-file=" + p.Path(frontProxyCACert),
+		"--requestheader-allowed-names=" + frontProxyClientCN,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + p.Path(frontProxyClientStem+".crt"),
+		"--proxy-client-key-file=" + p.Path(frontProxyClientStem+".key"),
 	}
 	if c.HostIP != nil {
 		args = append(args, "--advertise-address="+c.HostIP.String())

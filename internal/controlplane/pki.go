@@ -48,6 +48,17 @@ const (
 	saPub             = "service-account.pub"
 	kubeletClientCert = "apiserver-kubelet-client.crt"
 	kubeletClientKey  = "apiserver-kubelet-client.key"
+	// The aggregation layer's: kube-apiserver proxies requests to an
+	// extension API server (an APIService backed by a Service) with the
+	// front-proxy client certificate and the user in X-Remote-* headers;
+	// the extension server trusts those headers only from a certificate of
+	// the front-proxy CA, which is a CA of its own (as kubeadm's and k3s's)
+	// so that no client certificate of the cluster CA, which also signs
+	// CSRs, can assert another user.
+	frontProxyCACert     = "front-proxy-ca.crt"
+	frontProxyCAKey      = "front-proxy-ca.key"
+	frontProxyClientStem = "front-proxy-client"
+	frontProxyClientCN   = "front-proxy-client"
 )
 
 // Path returns the absolute path of a file in the PKI directory.
@@ -63,9 +74,11 @@ type certSpec struct {
 	ips    []net.IP
 }
 
-func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
-	if exists(p.Path(caCert)) && exists(p.Path(caKey)) {
-		return loadPair(p.Path(caCert), p.Path(caKey))
+// ensureCA loads the CA of certFile and keyFile, creating it (named cn)
+// when missing.
+func (p PKI) ensureCA(certFile, keyFile, cn string) (*x509.Certificate, crypto.Signer, error) {
+	if exists(p.Path(certFile)) && exists(p.Path(keyFile)) {
+		return loadPair(p.Path(certFile), p.Path(keyFile))
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -74,7 +87,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 	now := p.now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "podvisor-ca"},
+		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -86,7 +99,7 @@ func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
 		return nil, nil, err
 	}
 	cert, _ := x509.ParseCertificate(der)
-	if err := writePair(p.Path(caCert), p.Path(caKey), der, key); err != nil {
+	if err := writePair(p.Path(certFile), p.Path(keyFile), der, key); err != nil {
 		return nil, nil, err
 	}
 	return cert, key, nil
@@ -165,7 +178,7 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return err
 	}
-	ca, signer, err := p.ensureCA()
+	ca, signer, err := p.ensureCA(caCert, caKey, "podvisor-ca")
 	if err != nil {
 		return fmt.Errorf("certificate authority: %w", err)
 	}
@@ -192,6 +205,13 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 		if err := p.ensureLeaf(ca, signer, s); err != nil {
 			return fmt.Errorf("certificate %s: %w", s.name, err)
 		}
+	}
+	fpCA, fpSigner, err := p.ensureCA(frontProxyCACert, frontProxyCAKey, "podvisor-front-proxy-ca")
+	if err != nil {
+		return fmt.Errorf("front-proxy certificate authority: %w", err)
+	}
+	if err := p.ensureLeaf(fpCA, fpSigner, certSpec{name: frontProxyClientStem, cn: frontProxyClientCN, usages: client}); err != nil {
+		return fmt.Errorf("certificate %s: %w", frontProxyClientStem, err)
 	}
 	return p.ensureServiceAccountKey()
 }
