@@ -98,6 +98,9 @@ func run(o options) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if o.suite.name == "conformance" {
+		exclusions = append(exclusions, singleNodeExclusions...)
+	}
 	for _, e := range machineExclusions() {
 		fmt.Printf("excluded on this machine: %s: %s\n", e.re, e.reason)
 		exclusions = append(exclusions, e)

@@ -134,3 +134,13 @@ func machineExclusions() []exclusion {
 	}
 	return out
 }
+
+// singleNodeExclusions are the specs that cannot pass on one node, which
+// is what the runner starts: upstream's conformance requires two untainted
+// nodes, and checks it with a spec of its own.
+var singleNodeExclusions = []exclusion{
+	{re: regexp.MustCompile(`\[sig-architecture\] Conformance Tests should have at least two untainted nodes`),
+		reason: "one node: the runner starts a single podvisor node (the three-node run, issue 30's -nodes 3, is not built yet); upstream's conformance requires two"},
+	{re: regexp.MustCompile(`\[sig-apps\] Daemon set \[Serial\] should rollback without unnecessary restarts`),
+		reason: "one node: the spec asserts more than one schedulable node (\"Conformance test suite needs a cluster with at least 2 nodes\"); the runner starts a single podvisor node"},
+}
