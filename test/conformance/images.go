@@ -56,10 +56,12 @@ const (
 	etcdImage            = "registry.k8s.io/etcd:3.6.8-0"
 )
 
-// dnsutilsBinaries are Debian's bind9-dnsutils: upstream's agnhost
-// (alpine's bind-tools) and glibc-dns-testing (Debian's dnsutils) have a
-// real dig, which the DNS specs' probe scripts run; busybox has none.
-var dnsutilsBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host"}
+// netToolBinaries are Debian's dig, nslookup and host (bind9-dnsutils),
+// curl and OpenBSD's nc (netcat-openbsd): upstream's agnhost has alpine's
+// bind-tools, curl and netcat-openbsd, and glibc-dns-testing Debian's
+// dnsutils. The specs run them with options busybox's stand-ins lack: the
+// DNS probes' dig, curl --interface and --connect-timeout, nc -u.
+var netToolBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/curl", "/bin/nc.openbsd"}
 
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
 // image (upstream bases it on alpine, whose sh, nc and friends are busybox
@@ -93,13 +95,16 @@ func buildImages(repo, cache string, log io.Writer, wide bool) ([]string, error)
 	if err != nil {
 		return nil, err
 	}
-	dnsutils, err := sharedBinaryFiles(dnsutilsBinaries)
+	netTools, err := sharedBinaryFiles(netToolBinaries)
 	if err != nil {
-		return nil, fmt.Errorf("test images: %w (apt-get install bind9-dnsutils)", err)
+		return nil, fmt.Errorf("test images: %w (apt-get install bind9-dnsutils curl netcat-openbsd)", err)
 	}
-	withDig := maps.Clone(base)
-	maps.Copy(withDig, dnsutils)
-	agnhostLayer, err := agnhostFiles(withDig, agnhost)
+	withNetTools := maps.Clone(base)
+	maps.Copy(withNetTools, netTools)
+	// Before busybox's nc, wherever a PATH lookup would find that.
+	withNetTools["usr/bin/nc"] = file{link: "/bin/nc.openbsd"}
+	withNetTools["bin/nc"] = file{link: "/bin/nc.openbsd"}
+	agnhostLayer, err := agnhostFiles(withNetTools, agnhost)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +135,7 @@ func buildImages(repo, cache string, log io.Writer, wide bool) ([]string, error)
 		// Upstream: alpine with USER 1234.
 		{[]string{nonrootImage}, v1.Config{User: "1234"}, base},
 		{[]string{nonewprivsImage}, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
-		{[]string{glibcDNSImage}, v1.Config{}, withDig},
+		{[]string{glibcDNSImage}, v1.Config{}, withNetTools},
 		// As upstream's Dockerfile: agnhost's entrypoint, CMD ["test-webserver"].
 		{[]string{kittenImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, kittenLayer},
 		{[]string{nautilusImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, nautilusLayer},
