@@ -63,6 +63,10 @@ const (
 // DNS probes' dig, curl --interface and --connect-timeout, nc -u.
 var netToolBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/curl", "/bin/nc.openbsd"}
 
+// bashStaticBinary is Debian's bash-static, the sh of the images with
+// network tools.
+const bashStaticBinary = "/bin/bash-static"
+
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
 // image (upstream bases it on alpine, whose sh, nc and friends are busybox
 // too).
@@ -104,6 +108,18 @@ func buildImages(repo, cache string, log io.Writer, wide bool) ([]string, error)
 	// Before busybox's nc, wherever a PATH lookup would find that.
 	withNetTools["usr/bin/nc"] = file{link: "/bin/nc.openbsd"}
 	withNetTools["bin/nc"] = file{link: "/bin/nc.openbsd"}
+	// Debian's busybox sh runs its own applet for any name it has one for
+	// (FEATURE_SH_STANDALONE), whatever PATH says: `sh -c 'nc -v …'`, the
+	// Service specs' reachability check, ran busybox's nc, which has no
+	// -v, -t or -u. Here sh is Debian's static bash (busybox's applets are
+	// still found through PATH); the busybox image keeps busybox's sh,
+	// whose error texts specs of its own expect.
+	bash, err := os.ReadFile(bashStaticBinary)
+	if err != nil {
+		return nil, fmt.Errorf("test images: %w (apt-get install bash-static)", err)
+	}
+	withNetTools["bin/sh"] = file{mode: 0o755, data: bash}
+	withNetTools["bin/bash"] = file{link: "/bin/sh"}
 	agnhostLayer, err := agnhostFiles(withNetTools, agnhost)
 	if err != nil {
 		return nil, err

@@ -131,7 +131,7 @@ func run(o options) (int, error) {
 	defer buildLog.Close()
 
 	step("installing what is missing of Debian's packages")
-	if err := ensurePackages(buildLog, "runc", "containernetworking-plugins", "busybox-static", "bind9-dnsutils", "curl", "netcat-openbsd"); err != nil {
+	if err := ensurePackages(buildLog, "runc", "containernetworking-plugins", "busybox-static", "bind9-dnsutils", "curl", "netcat-openbsd", "bash-static"); err != nil {
 		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
 	}
 	step("building podvisor")
@@ -378,8 +378,8 @@ func defaultCache() string {
 
 // ensurePackages installs those of Debian's packages that are missing:
 // podvisor's runtime (runc, the CNI plugins) and what the images are built
-// from (busybox-static; bind9-dnsutils, curl and netcat-openbsd for the
-// network tools of agnhost's image).
+// from (busybox-static; bind9-dnsutils, curl, netcat-openbsd and
+// bash-static for the network tools and shell of agnhost's image).
 func ensurePackages(log io.Writer, pkgs ...string) error {
 	var missing []string
 	for _, p := range pkgs {
