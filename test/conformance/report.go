@@ -56,16 +56,18 @@ type outcome struct {
 	excluded  *exclusion
 }
 
-// sigCount is the outcome of one SIG's selected specs.
+// sigCount is the outcome of one SIG's selected specs. notRun are those an
+// interrupted run (^C, the lane's timeout) cut short or never reached.
 type sigCount struct {
-	selected, passed, failed, skipped, excluded int
+	selected, passed, failed, skipped, excluded, notRun int
 }
 
 // outcomes merges the lanes' JSON reports: each report lists every spec of
 // the binary, those its lane did not run as skipped without a message. A
-// spec counts once: as run in the lane that ran it, as excluded where the
-// selection has it but an exclusion skipped it, else not at all. Failures
-// of suite set-up nodes come back apart: they fail every spec of a lane.
+// selected spec counts once: as run in the lane that ran it, as excluded
+// where an exclusion skipped it, else as not run (a run cut short). Specs
+// the selection leaves out are not counted. Failures of suite set-up nodes
+// come back apart: they fail every spec of a lane.
 func outcomes(reports []string, sel selection) (specs []outcome, setup []string, err error) {
 	filter, err := types.ParseLabelFilter(sel.labels)
 	if err != nil {
@@ -107,9 +109,9 @@ func outcomes(reports []string, sel selection) (specs []outcome, setup []string,
 							break
 						}
 					}
-					if o.excluded == nil {
-						continue // selected, but not by this lane
-					}
+					// Without an exclusion: selected, but not run by this
+					// lane (another lane's, or cut short); a lane that
+					// ran it replaces this below.
 				}
 				key := s.LeafNodeLocation.String() + " " + text
 				if i, ok := byKey[key]; ok {
@@ -155,11 +157,16 @@ func summarize(reports []string, sel selection, w io.Writer, md io.Writer) (fail
 		}
 		c.selected++
 		total.selected++
+		interrupted := o.state.Is(types.SpecStateInterrupted|types.SpecStateAborted) ||
+			(o.state == types.SpecStateSkipped && o.message == "")
 		switch {
 		case o.excluded != nil:
 			c.excluded++
 			total.excluded++
 			excluded = append(excluded, fmt.Sprintf("%s: %s", o.text, o.excluded.reason))
+		case interrupted:
+			c.notRun++
+			total.notRun++
 		case o.state == types.SpecStatePassed:
 			c.passed++
 			total.passed++
@@ -178,11 +185,11 @@ func summarize(reports []string, sel selection, w io.Writer, md io.Writer) (fail
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	fmt.Fprintf(w, "\n%-22s %8s %6s %6s %7s %8s\n", "SIG", "selected", "passed", "failed", "skipped", "excluded")
-	fmt.Fprintf(md, "| SIG | selected | passed | failed | skipped | excluded |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(w, "\n%-22s %8s %6s %6s %7s %8s %7s\n", "SIG", "selected", "passed", "failed", "skipped", "excluded", "not run")
+	fmt.Fprintf(md, "| SIG | selected | passed | failed | skipped | excluded | not run |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	row := func(name string, c sigCount) {
-		fmt.Fprintf(w, "%-22s %8d %6d %6d %7d %8d\n", name, c.selected, c.passed, c.failed, c.skipped, c.excluded)
-		fmt.Fprintf(md, "| %s | %d | %d | %d | %d | %d |\n", name, c.selected, c.passed, c.failed, c.skipped, c.excluded)
+		fmt.Fprintf(w, "%-22s %8d %6d %6d %7d %8d %7d\n", name, c.selected, c.passed, c.failed, c.skipped, c.excluded, c.notRun)
+		fmt.Fprintf(md, "| %s | %d | %d | %d | %d | %d | %d |\n", name, c.selected, c.passed, c.failed, c.skipped, c.excluded, c.notRun)
 	}
 	for _, n := range names {
 		row(n, *sigs[n])
