@@ -45,6 +45,7 @@ func main() {
 	procs := flag.Int("procs", 1, "specs run at once (more than 1 runs them through the ginkgo CLI)")
 	timeout := flag.Duration("timeout", 6*time.Hour, "time limit of each lane of the spec run (parallel, serial)")
 	cache := flag.String("cache", defaultCache(), "directory where built images are kept between runs")
+	resummarize := flag.Bool("summarize", false, "run nothing: count the JSON reports (report_NN.json) of an earlier run in -out again and rewrite its summary.md (same -suite, -focus and exclusions)")
 	flag.Parse()
 	s, ok := suites[*suiteName]
 	if !ok {
@@ -66,7 +67,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	code, err := run(options{suite: s, focus: *focus, keep: *keep, out: *out, procs: *procs, timeout: *timeout, cache: *cache})
+	o := options{suite: s, focus: *focus, keep: *keep, out: *out, procs: *procs, timeout: *timeout, cache: *cache}
+	run := run
+	if *resummarize {
+		run = summarizeOnly
+	}
+	code, err := run(o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conformance:", err)
 		os.Exit(1)
@@ -82,6 +88,47 @@ type options struct {
 	timeout           time.Duration
 }
 
+// summarizeOnly is -summarize: the summary of an earlier run's reports.
+func summarizeOnly(o options) (int, error) {
+	exclusions, err := runExclusions(o.suite)
+	if err != nil {
+		return 0, err
+	}
+	reports, err := filepath.Glob(filepath.Join(o.out, "report_[0-9][0-9].json"))
+	if err != nil || len(reports) == 0 {
+		return 0, fmt.Errorf("no report_NN.json in %s (%v)", o.out, err)
+	}
+	failed, err := writeSummary(o, exclusions, reports, fmt.Sprintf("Reports of %s, suite %s, counted again.", o.out, o.suite.name))
+	if err != nil {
+		return 0, err
+	}
+	if failed > 0 {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// runExclusions are exclusions.txt's, the one-node ones for the whole
+// suite, and this machine's.
+func runExclusions(s suite) ([]exclusion, error) {
+	mod, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	exclusions, err := readExclusions(filepath.Join(mod, "exclusions.txt"))
+	if err != nil {
+		return nil, err
+	}
+	if s.name == "conformance" {
+		exclusions = append(exclusions, singleNodeExclusions...)
+	}
+	for _, e := range machineExclusions() {
+		fmt.Printf("excluded on this machine: %s: %s\n", e.re, e.reason)
+		exclusions = append(exclusions, e)
+	}
+	return exclusions, nil
+}
+
 func run(o options) (int, error) {
 	if os.Geteuid() != 0 {
 		return 0, fmt.Errorf("run as root: podvisor's containerd runtime needs it")
@@ -94,16 +141,9 @@ func run(o options) (int, error) {
 		return 0, fmt.Errorf("run from test/conformance (go -C test/conformance run .)")
 	}
 	repo := filepath.Dir(filepath.Dir(mod))
-	exclusions, err := readExclusions(filepath.Join(mod, "exclusions.txt"))
+	exclusions, err := runExclusions(o.suite)
 	if err != nil {
 		return 0, err
-	}
-	if o.suite.name == "conformance" {
-		exclusions = append(exclusions, singleNodeExclusions...)
-	}
-	for _, e := range machineExclusions() {
-		fmt.Printf("excluded on this machine: %s: %s\n", e.re, e.reason)
-		exclusions = append(exclusions, e)
 	}
 	if o.out, err = filepath.Abs(o.out); err != nil {
 		return 0, err
@@ -271,24 +311,32 @@ func run(o options) (int, error) {
 	took := time.Since(started).Round(time.Second)
 	fmt.Printf("\nspec run took %v (%v)\n", took, runErr)
 
-	var md bytes.Buffer
-	fmt.Fprintf(&md, "Run of %s, suite %s, %d process(es) in the parallel lane, %v.\n\n", time.Now().UTC().Format(time.RFC3339), o.suite.name, o.procs, took)
-	failed, err := summarize(reports, selection{labels: o.suite.labels, focus: o.focus, exclusions: exclusions}, os.Stdout, &md)
+	head := fmt.Sprintf("Run of %s, suite %s, %d process(es) in the parallel lane, %v.", time.Now().UTC().Format(time.RFC3339), o.suite.name, o.procs, took)
+	failed, err := writeSummary(o, exclusions, reports, head)
 	if err != nil {
-		return 0, fmt.Errorf("reading the report: %w (spec run: %v)", err, runErr)
-	}
-	fmt.Fprintf(&md, "\nExclusions of this run (exclusions.txt and this machine's):\n\n")
-	for _, e := range exclusions {
-		fmt.Fprintf(&md, "- `%s`: %s\n", e.re, e.reason)
-	}
-	if err := os.WriteFile(filepath.Join(o.out, "summary.md"), md.Bytes(), 0o644); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w (spec run: %v)", err, runErr)
 	}
 	fmt.Printf("\nresults: %s (Sonobuoy's layout), %s, %s\n", res.dir, strings.Join(reports, ", "), filepath.Join(o.out, "summary.md"))
 	if failed > 0 || runErr != nil {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// writeSummary counts the lanes' reports per SIG into the terminal and
+// summary.md, with the run's exclusions and their reasons.
+func writeSummary(o options, exclusions []exclusion, reports []string, head string) (failed int, err error) {
+	var md bytes.Buffer
+	fmt.Fprintf(&md, "%s\n\n", head)
+	failed, err = summarize(reports, selection{labels: o.suite.labels, focus: o.focus, exclusions: exclusions}, os.Stdout, &md)
+	if err != nil {
+		return 0, fmt.Errorf("reading the reports: %w", err)
+	}
+	fmt.Fprintf(&md, "\nExclusions of this run (exclusions.txt and this machine's):\n\n")
+	for _, e := range exclusions {
+		fmt.Fprintf(&md, "- `%s`: %s\n", e.re, e.reason)
+	}
+	return failed, os.WriteFile(filepath.Join(o.out, "summary.md"), md.Bytes(), 0o644)
 }
 
 // errInterrupted is a lane's run cut short by ^C or SIGTERM.
