@@ -52,6 +52,22 @@ func (p *podvisor) criEndpoint() string {
 	return "unix://" + filepath.Join(p.state(), "containerd.sock")
 }
 
+// kubeletConfig is the node's KubeletConfiguration: eviction only when
+// the disk is all but full. The runner's machine is shared (other builds
+// fill and free its disk), and upstream's imagefs.available 15% evicted a
+// spec's pod and tainted the node with disk-pressure in the middle of a
+// run, failing every spec after it; kind's conformance nodes turn disk
+// eviction off for the same reason.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  imagefs.available: 1Gi
+  nodefs.inodesFree: 5%
+  imagefs.inodesFree: 5%
+`
+
 // kubeletPort is the kubelet's port, where the e2e framework and specs
 // address a node's API (NODE:10250/proxy…, the Proxy specs' explicit
 // kubelet port).
@@ -79,7 +95,13 @@ func (p *podvisor) start(clusterCIDR string) error {
 		return err
 	}
 	p.log = log
-	p.cmd = exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName,
+	// Beside the data dir: podvisor refuses a new data dir with files it
+	// does not know.
+	cfg := filepath.Join(filepath.Dir(p.dataDir), "kubelet-config.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+		return err
+	}
+	p.cmd = exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName, "--config", cfg,
 		"--api-port", strconv.Itoa(ports[0]), "--agent-port", strconv.Itoa(ports[1]),
 		"--etcd-client-port", strconv.Itoa(ports[2]), "--etcd-peer-port", strconv.Itoa(ports[3]),
 		"--cluster-cidr", clusterCIDR)
