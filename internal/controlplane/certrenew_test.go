@@ -103,7 +103,21 @@ func TestRotateCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(files) != len(leafStems) {
-		t.Errorf("re-issued %d files, want %d: %v", len(files), len(leafStems), files)
+		t.Errorf("re-issued %d files, want %d (the leaves, the front-proxy client among them): %v", len(files), len(leafStems), files)
+	}
+	fpCA, err := loadCert(p.Path(frontProxyCACert))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := loadCert(p.Path(frontProxyClient + ".crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fp.CheckSignatureFrom(fpCA); err != nil {
+		t.Errorf("rotated front-proxy client not signed by the front-proxy CA: %v", err)
+	}
+	if fp.Subject.CommonName != frontProxyClient {
+		t.Errorf("rotated front-proxy client is %q, want %q", fp.Subject.CommonName, frontProxyClient)
 	}
 	for stem, old := range before {
 		c, err := loadCert(p.Path(stem + ".crt"))
@@ -142,4 +156,37 @@ func slicesEqualIPs(a, b []net.IP) bool {
 		}
 	}
 	return true
+}
+
+// The aggregation layer's front-proxy client is signed by a CA of its own,
+// not the cluster CA (which also signs CSRs), and kept across starts.
+func TestEnsureFrontProxy(t *testing.T) {
+	p := PKI{Dir: t.TempDir()}
+	if err := p.Ensure("n1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	load := func(name string) *x509.Certificate {
+		t.Helper()
+		c, err := loadCert(p.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ca, fpCA, fp := load(caCert), load(frontProxyCACert), load(frontProxyClient+".crt")
+	if fp.Subject.CommonName != frontProxyClient || len(fp.ExtKeyUsage) != 1 || fp.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		t.Errorf("front-proxy client is %q with usages %v, want %q, client auth", fp.Subject.CommonName, fp.ExtKeyUsage, frontProxyClient)
+	}
+	if err := fp.CheckSignatureFrom(fpCA); err != nil {
+		t.Errorf("front-proxy client not signed by the front-proxy CA: %v", err)
+	}
+	if fp.CheckSignatureFrom(ca) == nil || fpCA.Equal(ca) {
+		t.Errorf("the front-proxy CA is the cluster CA")
+	}
+	if err := p.Ensure("n1", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if again := load(frontProxyCACert); !again.Equal(fpCA) {
+		t.Errorf("the front-proxy CA was re-made at the second start")
+	}
 }

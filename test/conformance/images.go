@@ -42,7 +42,30 @@ const (
 	// files and an /etc/os-release saying Alpine Linux, which upstream's
 	// alpine base has and the ImageVolume spec reads.
 	kittenImage = "registry.k8s.io/e2e-test-images/kitten:1.8"
+	// nautilusImage is kitten's twin with upstream's nautilus files: the
+	// kubectl Update Demo specs roll from one to the other.
+	nautilusImage = "registry.k8s.io/e2e-test-images/nautilus:1.8"
+	// nginxNewImage is a stand-in like nginxImage, a distinct image: the
+	// apply and deployment specs only roll to it and read it back.
+	nginxNewImage = "registry.k8s.io/e2e-test-images/nginx:1.27-0"
+	// The Aggregator spec's pod: upstream's sample-apiserver (built here
+	// from k8s.io/sample-apiserver of the suite's release, 0.36.3, under
+	// the manifest's tag 1.29.2) and an etcd for it (etcd 3.6.8, from
+	// go.etcd.io/etcd/server, as the manifest's 3.6.8-0).
+	sampleAPIServerImage = "registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2"
+	etcdImage            = "registry.k8s.io/etcd:3.6.8-0"
 )
+
+// netToolBinaries are Debian's dig, nslookup and host (bind9-dnsutils),
+// curl and OpenBSD's nc (netcat-openbsd): upstream's agnhost has alpine's
+// bind-tools, curl and netcat-openbsd, and glibc-dns-testing Debian's
+// dnsutils. The specs run them with options busybox's stand-ins lack: the
+// DNS probes' dig, curl --interface and --connect-timeout, nc -u.
+var netToolBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/curl", "/bin/nc.openbsd"}
+
+// bashStaticBinary is Debian's bash-static, the sh of the images with
+// network tools.
+const bashStaticBinary = "/bin/bash-static"
 
 // busyboxBinary is Debian's busybox-static, the shell and tools of agnhost's
 // image (upstream bases it on alpine, whose sh, nc and friends are busybox
@@ -54,7 +77,7 @@ const busyboxBinary = "/bin/busybox"
 // (test/images), agnhost and the nginx stand-in built here from upstream's
 // agnhost sources. Each agnhost-based tar is named after the hash of what
 // goes into it, so a re-run with unchanged inputs only checks that it exists.
-func buildImages(repo, cache string, log io.Writer) ([]string, error) {
+func buildImages(repo, cache string, log io.Writer, wide bool) ([]string, error) {
 	own := filepath.Join(cache, "podvisor-images")
 	cmd := exec.Command("go", "run", "./test/images/build", "-o", own, "busybox", "pause")
 	cmd.Dir = repo
@@ -64,27 +87,40 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	}
 	tars := []string{filepath.Join(own, "busybox.tar"), filepath.Join(own, "pause.tar")}
 
-	agnhost := filepath.Join(cache, "agnhost")
-	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agnhost, "k8s.io/kubernetes/test/images/agnhost")
-	cmd.Dir = moduleDir(repo)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("building agnhost: %w", err)
+	agnhost, err := goBinary(repo, cache, "agnhost", "k8s.io/kubernetes/test/images/agnhost", log)
+	if err != nil {
+		return nil, err
 	}
-	nnp := filepath.Join(cache, "nnp")
-	cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", nnp, "k8s.io/kubernetes/test/images/nonewprivs")
-	cmd.Dir = moduleDir(repo)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("building nonewprivs: %w", err)
+	nnp, err := goBinary(repo, cache, "nnp", "k8s.io/kubernetes/test/images/nonewprivs", log)
+	if err != nil {
+		return nil, err
 	}
 	base, err := busyboxFiles()
 	if err != nil {
 		return nil, err
 	}
-	agnhostLayer, err := agnhostFiles(base, agnhost)
+	netTools, err := sharedBinaryFiles(netToolBinaries)
+	if err != nil {
+		return nil, fmt.Errorf("test images: %w (apt-get install bind9-dnsutils curl netcat-openbsd)", err)
+	}
+	withNetTools := maps.Clone(base)
+	maps.Copy(withNetTools, netTools)
+	// Before busybox's nc, wherever a PATH lookup would find that.
+	withNetTools["usr/bin/nc"] = file{link: "/bin/nc.openbsd"}
+	withNetTools["bin/nc"] = file{link: "/bin/nc.openbsd"}
+	// Debian's busybox sh runs its own applet for any name it has one for
+	// (FEATURE_SH_STANDALONE), whatever PATH says: `sh -c 'nc -v …'`, the
+	// Service specs' reachability check, ran busybox's nc, which has no
+	// -v, -t or -u. Here sh is Debian's static bash (busybox's applets are
+	// still found through PATH); the busybox image keeps busybox's sh,
+	// whose error texts specs of its own expect.
+	bash, err := os.ReadFile(bashStaticBinary)
+	if err != nil {
+		return nil, fmt.Errorf("test images: %w (apt-get install bash-static)", err)
+	}
+	withNetTools["bin/sh"] = file{mode: 0o755, data: bash}
+	withNetTools["bin/bash"] = file{link: "/bin/sh"}
+	agnhostLayer, err := agnhostFiles(withNetTools, agnhost)
 	if err != nil {
 		return nil, err
 	}
@@ -92,29 +128,65 @@ func buildImages(repo, cache string, log io.Writer) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	kittenLayer, err := kittenFiles(agnhostLayer)
+	kittenLayer, err := demoFiles(agnhostLayer, "kitten")
+	if err != nil {
+		return nil, err
+	}
+	nautilusLayer, err := demoFiles(agnhostLayer, "nautilus")
 	if err != nil {
 		return nil, err
 	}
 	nnpLayer := maps.Clone(base)
 	// Set-uid, as upstream's `chmod +s`: the specs check the effective uid.
 	nnpLayer["usr/local/bin/nnp"] = file{mode: 0o6755, data: nnpBin}
-	for _, im := range []struct {
+	type image struct {
 		refs  []string
 		cfg   v1.Config
 		files map[string]file
-	}{
+	}
+	images := []image{
 		// As upstream's Dockerfile: ENTRYPOINT ["/agnhost"], CMD ["pause"].
 		{[]string{agnhostImage, agnhostPrevImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}}, agnhostLayer},
 		{[]string{nginxImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"}}, agnhostLayer},
 		// Upstream: alpine with USER 1234.
 		{[]string{nonrootImage}, v1.Config{User: "1234"}, base},
 		{[]string{nonewprivsImage}, v1.Config{Cmd: []string{"nnp"}}, nnpLayer},
-		{[]string{glibcDNSImage}, v1.Config{}, base},
+		{[]string{glibcDNSImage}, v1.Config{}, withNetTools},
 		// As upstream's Dockerfile: agnhost's entrypoint, CMD ["test-webserver"].
 		{[]string{kittenImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, kittenLayer},
-	} {
-		im.cfg.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+		{[]string{nautilusImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}}, nautilusLayer},
+		{[]string{nginxNewImage}, v1.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"netexec", "--http-port=80", "--udp-port=-1"},
+			Env: []string{"NGINX_VERSION=1.27.0"}}, agnhostLayer},
+	}
+	if wide {
+		// Only the whole suite's Aggregator spec runs these.
+		sampleAPIServer, err := goBinary(repo, cache, "kube-sample-apiserver", "k8s.io/sample-apiserver", log)
+		if err != nil {
+			return nil, err
+		}
+		etcd, err := goBinary(repo, cache, "etcd", "go.etcd.io/etcd/server/v3", log)
+		if err != nil {
+			return nil, err
+		}
+		sa, err := os.ReadFile(sampleAPIServer)
+		if err != nil {
+			return nil, err
+		}
+		et, err := os.ReadFile(etcd)
+		if err != nil {
+			return nil, err
+		}
+		saLayer := maps.Clone(base)
+		saLayer["kube-sample-apiserver"] = file{mode: 0o755, data: sa}
+		etcdLayer := maps.Clone(base)
+		etcdLayer["usr/local/bin/etcd"] = file{mode: 0o755, data: et}
+		images = append(images,
+			// As upstream's Dockerfile: ENTRYPOINT ["/kube-sample-apiserver"].
+			image{[]string{sampleAPIServerImage}, v1.Config{Entrypoint: []string{"/kube-sample-apiserver"}}, saLayer},
+			image{[]string{etcdImage}, v1.Config{Cmd: []string{"/usr/local/bin/etcd"}}, etcdLayer})
+	}
+	for _, im := range images {
+		im.cfg.Env = append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, im.cfg.Env...)
 		im.cfg.ExposedPorts = map[string]struct{}{}
 		for _, p := range []string{"80", "8080", "8081", "9376", "5000"} {
 			im.cfg.ExposedPorts[p+"/tcp"] = struct{}{}
@@ -203,13 +275,13 @@ func agnhostFiles(base map[string]file, agnhost string) (map[string]file, error)
 	return files, nil
 }
 
-// kittenFiles is the layer of upstream's kitten image: agnhost's with
-// /kitten.jpg and /data.json from upstream's test/images/kitten/html, plus
-// the /etc/os-release of its alpine base.
-func kittenFiles(agnhost map[string]file) (map[string]file, error) {
-	src := filepath.Join(moduleCacheDir(), "k8s.io", "kubernetes@v1.36.3", "test", "images", "kitten", "html")
+// demoFiles is the layer of upstream's kitten or nautilus image: agnhost's
+// with /NAME.jpg and /data.json from upstream's test/images/NAME/html,
+// plus the /etc/os-release of its alpine base.
+func demoFiles(agnhost map[string]file, name string) (map[string]file, error) {
+	src := filepath.Join(moduleCacheDir(), "k8s.io", "kubernetes@v1.36.3", "test", "images", name, "html")
 	files := maps.Clone(agnhost)
-	for _, f := range []string{"kitten.jpg", "data.json"} {
+	for _, f := range []string{name + ".jpg", "data.json"} {
 		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			return nil, err
@@ -218,6 +290,69 @@ func kittenFiles(agnhost map[string]file) (map[string]file, error) {
 	}
 	files["etc/os-release"] = file{mode: 0o644, data: []byte(alpineOSRelease)}
 	return files, nil
+}
+
+// goBinary builds a static binary of pkg (a main package of this module's
+// dependencies) into cache/name.
+func goBinary(repo, cache, name, pkg string, log io.Writer) (string, error) {
+	out := filepath.Join(cache, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = moduleDir(repo)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", pkg, err)
+	}
+	return out, nil
+}
+
+// sharedBinaryFiles are dynamically linked binaries of this machine with
+// every library ldd finds for them, each at its path, and the ELF
+// interpreter: enough to run them in an image of their own.
+func sharedBinaryFiles(bins []string) (map[string]file, error) {
+	files := map[string]file{}
+	add := func(p string) error {
+		b, err := os.ReadFile(p) // through symlinks: the library itself
+		if err != nil {
+			return err
+		}
+		files[strings.TrimPrefix(p, "/")] = file{mode: 0o755, data: b}
+		return nil
+	}
+	for _, bin := range bins {
+		if err := add(bin); err != nil {
+			return nil, err
+		}
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			return nil, fmt.Errorf("ldd %s: %w", bin, err)
+		}
+		if strings.Contains(string(out), "not found") {
+			return nil, fmt.Errorf("ldd %s: a library is missing:\n%s", bin, out)
+		}
+		for _, lib := range lddPaths(string(out)) {
+			if err := add(lib); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return files, nil
+}
+
+// lddPaths are the absolute paths of ldd's output: "name => /path (addr)"
+// and the interpreter's "/path (addr)".
+func lddPaths(out string) []string {
+	var paths []string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 3 && f[1] == "=>" && strings.HasPrefix(f[2], "/"):
+			paths = append(paths, f[2])
+		case len(f) >= 1 && strings.HasPrefix(f[0], "/"):
+			paths = append(paths, f[0])
+		}
+	}
+	return paths
 }
 
 // alpineOSRelease is what upstream's alpine base says of itself; the runner's

@@ -30,6 +30,7 @@ import (
 type podvisor struct {
 	bin, dataDir, nodeName string
 	logPath                string // podvisor's stderr
+	agentPort              int
 	cmd                    *exec.Cmd
 	exited                 chan struct{}
 	log                    *os.File
@@ -51,23 +52,56 @@ func (p *podvisor) criEndpoint() string {
 	return "unix://" + filepath.Join(p.state(), "containerd.sock")
 }
 
+// kubeletConfig is the node's KubeletConfiguration: eviction only when
+// the disk is all but full. The runner's machine is shared (other builds
+// fill and free its disk), and upstream's imagefs.available 15% evicted a
+// spec's pod and tainted the node with disk-pressure in the middle of a
+// run, failing every spec after it; kind's conformance nodes turn disk
+// eviction off for the same reason.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  imagefs.available: 1Gi
+  nodefs.inodesFree: 5%
+  imagefs.inodesFree: 5%
+`
+
+// kubeletPort is the kubelet's port, where the e2e framework and specs
+// address a node's API (NODE:10250/proxy…, the Proxy specs' explicit
+// kubelet port).
+const kubeletPort = 10250
+
 // start runs podvisor up and waits for its ready line, which it prints once
-// the API server, the node and the runtime are up.
+// the API server, the node and the runtime are up. Its agent listens on
+// the kubelet's port if that is free, else on a free port.
 func (p *podvisor) start(clusterCIDR string) error {
 	ports := make([]int, 4)
 	for i := range ports {
+		if i == 1 && portFree(kubeletPort) {
+			ports[i] = kubeletPort
+			continue
+		}
 		port, err := pickPort(ports[:i])
 		if err != nil {
 			return err
 		}
 		ports[i] = port
 	}
+	p.agentPort = ports[1]
 	log, err := os.Create(p.logPath)
 	if err != nil {
 		return err
 	}
 	p.log = log
-	p.cmd = exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName,
+	// Beside the data dir: podvisor refuses a new data dir with files it
+	// does not know.
+	cfg := filepath.Join(filepath.Dir(p.dataDir), "kubelet-config.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+		return err
+	}
+	p.cmd = exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName, "--config", cfg,
 		"--api-port", strconv.Itoa(ports[0]), "--agent-port", strconv.Itoa(ports[1]),
 		"--etcd-client-port", strconv.Itoa(ports[2]), "--etcd-peer-port", strconv.Itoa(ports[3]),
 		"--cluster-cidr", clusterCIDR)
@@ -147,6 +181,13 @@ func (p *podvisor) stop(logf func(string, ...any)) {
 	unmountUnder(p.dataDir)
 	_ = os.RemoveAll(p.state())
 	p.removePodNetwork()
+	// The service proxy leaves its rules when it stops, as upstream's does
+	// across restarts, and they would DNAT to pod addresses that are gone
+	// (test/e2e's harness removes them the same way; the runner holds its
+	// lock, so no other proxy uses them).
+	for _, family := range []string{"ip", "ip6"} {
+		_ = exec.Command("nft", "delete", "table", family, "kube-proxy").Run()
+	}
 	if p.log != nil {
 		p.log.Close()
 	}
@@ -297,12 +338,43 @@ func pickPort(taken []int) (int, error) {
 		if dup {
 			continue
 		}
-		l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
-		if err != nil {
-			continue
+		if portFree(port) {
+			return port, nil
 		}
-		l.Close()
-		return port, nil
 	}
 	return 0, fmt.Errorf("no free port below the ephemeral range")
+}
+
+// portFree says whether nothing listens on port (all addresses).
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// serviceCIDRs are the cluster's service networks, as its ServiceCIDR
+// objects say.
+func (p *podvisor) serviceCIDRs() ([]string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := c.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, sc := range list.Items {
+		out = append(out, sc.Spec.CIDRs...)
+	}
+	return out, nil
 }
