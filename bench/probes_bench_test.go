@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/podvisor/podvisor/internal/probe"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
 const serverEnv = "PODVISOR_BENCH_HTTP_SERVER"
@@ -81,7 +82,7 @@ func hostExec(ctx context.Context, _ string, cmd []string, timeout time.Duration
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cmd[0], cmd[1:]...).CombinedOutput()
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return out, -1, probe.ErrTimeout
+		return out, -1, runtime.ErrTimeout
 	}
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {
