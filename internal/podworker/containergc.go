@@ -119,6 +119,7 @@ func (w *worker) forget(name, id string) {
 	for i := 0; i < len(list)-2; i++ {
 		if list[i].ID == id {
 			w.instances[name] = append(list[:i:i], list[i+1:]...)
+			delete(w.instFacts, id)
 			return
 		}
 	}

@@ -50,7 +50,7 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		return
 	}
 	w.mu.Lock()
-	w.starting[a.Container] = true
+	w.containerLocked(a.Container).starting = true
 	w.mu.Unlock()
 	go func() {
 		defer w.poke()
@@ -82,10 +82,10 @@ func (w *worker) startContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 			return
 		}
 		w.mu.Lock()
-		delete(w.waiting, a.Container)
-		delete(w.waitingSince, a.Container)
+		cf := w.containerLocked(a.Container)
+		cf.waiting, cf.waitingSince = nil, time.Time{}
 		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
-			w.postStart[id] = true
+			w.instanceLocked(a.Container, id).postStart = true
 		}
 		// No record of what the new instance runs with: it is made as
 		// allocated (pod is the allocated pod), which is what the core
@@ -134,19 +134,23 @@ type unstartedInstance struct{ id, name string }
 // instance is made. Call with w.mu held; startUnstarted starts them.
 func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 	var due []unstartedInstance
-	for id, name := range w.unstarted {
-		delete(w.unstarted, id)
+	for id, f := range w.instFacts {
+		if !f.unstarted {
+			continue
+		}
+		f.unstarted = false
+		name := f.container
 		list := w.instances[name]
-		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.starting[name] {
+		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.containerFactsOf(name).starting {
 			continue
 		}
 		c, ok := containerspec.Find(pod, name)
 		if !ok {
 			continue
 		}
-		w.starting[name] = true
+		w.containerLocked(name).starting = true
 		if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
-			w.postStart[id] = true
+			f.postStart = true
 		}
 		due = append(due, unstartedInstance{id, name})
 	}
@@ -167,7 +171,7 @@ func (w *worker) startUnstarted(ctx context.Context, pod *v1.Pod, due []unstarte
 
 func (w *worker) clearStarting(name string) {
 	w.mu.Lock()
-	w.starting[name] = false
+	w.containerLocked(name).starting = false
 	w.mu.Unlock()
 }
 
@@ -175,25 +179,17 @@ func (w *worker) clearStarting(name string) {
 // Running and the next container is not started (starting stays set). When it
 // fails the container is killed and the restart policy decides (§7).
 func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container, id string) {
-	defer func() {
-		w.mu.Lock()
-		delete(w.postStart, id)
-		w.mu.Unlock()
-	}()
+	defer w.editInstance(id, func(f *instanceFacts) { f.postStart = false })
 	if c.Lifecycle == nil || c.Lifecycle.PostStart == nil || w.m.cfg.Hooks == nil {
 		return
 	}
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.mu.Lock()
-	w.postStartCancel[id] = cancel
+	w.instanceLocked(c.Name, id).postStartCancel = cancel
 	exited := w.termination != nil || !w.isRunningLocked(c.Name, id)
 	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.postStartCancel, id)
-		w.mu.Unlock()
-	}()
+	defer w.editInstance(id, func(f *instanceFacts) { f.postStartCancel = nil })
 	if exited {
 		cancel() // already gone or terminating: the hook has nothing to wait for
 	}
@@ -218,22 +214,24 @@ func (w *worker) runPostStart(ctx context.Context, pod *v1.Pod, c *v1.Container,
 
 func (w *worker) setWaiting(name, reason, msg string) {
 	w.mu.Lock()
-	w.waiting[name] = &v1.ContainerStateWaiting{Reason: reason, Message: msg}
-	w.waitingSince[name] = w.m.cfg.Clock.Now()
+	cf := w.containerLocked(name)
+	cf.waiting = &v1.ContainerStateWaiting{Reason: reason, Message: msg}
+	cf.waitingSince = w.m.cfg.Clock.Now()
 	w.mu.Unlock()
 }
 
 func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
 	w.mu.Lock()
 	list := w.instances[a.Container]
-	if len(list) == 0 || w.stopping[a.Container] {
+	cf := w.containerLocked(a.Container)
+	if len(list) == 0 || cf.stopping {
 		w.mu.Unlock()
 		return
 	}
 	id := list[len(list)-1].ID
-	w.stopping[a.Container] = true
+	cf.stopping = true
 	if a.Resize {
-		w.resizeKilled[id] = true
+		w.instanceLocked(a.Container, id).resizeKilled = true
 	}
 	w.mu.Unlock()
 	c, _ := containerspec.Find(pod, a.Container)
@@ -241,7 +239,7 @@ func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Act
 		defer w.poke()
 		defer func() {
 			w.mu.Lock()
-			w.stopping[a.Container] = false
+			w.containerLocked(a.Container).stopping = false
 			w.mu.Unlock()
 		}()
 		w.stopInstance(ctx, pod, c, id, a.Grace, a.Message)
@@ -274,15 +272,13 @@ func (w *worker) stopInstance(ctx context.Context, pod *v1.Pod, c *v1.Container,
 		budget := lifecycle.PreStopBudget(grace - waited)
 		hctx, cancel := context.WithCancel(sctx)
 		w.mu.Lock()
-		w.preStopCancel[id] = cancel
+		w.instanceLocked(name, id).preStopCancel = cancel
 		w.mu.Unlock()
 		w.record(pod, timeline.Entry{Kind: timeline.KindHook, Container: name, State: "PreStop started",
 			Message: fmt.Sprintf("budget %v", budget)})
 		hmsg, err := w.m.cfg.Hooks.Run(hctx, hook.PreStop, pod, c, id, w.podIP(), c.Lifecycle.PreStop, budget)
 		w.recordHookEnd(pod, name, "PreStop", start, hmsg, err)
-		w.mu.Lock()
-		delete(w.preStopCancel, id)
-		w.mu.Unlock()
+		w.editInstance(id, func(f *instanceFacts) { f.preStopCancel = nil })
 		cancel()
 		switch {
 		case errors.Is(err, hook.ErrBudgetExceeded):
@@ -463,13 +459,13 @@ func (w *worker) previousLocked(container string, list []runtime.Status) int {
 // preStop hooks are cut when it ends, and the processes get the stop signal
 // again with SIGKILL at the new deadline (the shorter of the two wins).
 func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
-	for name, stopping := range w.stopping {
+	for name, cf := range w.containers {
 		list := w.instances[name]
-		if !stopping || len(list) == 0 {
+		if !cf.stopping || len(list) == 0 {
 			continue
 		}
 		id := list[len(list)-1].ID
-		if cancel, ok := w.preStopCancel[id]; ok {
+		if cancel := w.factsOf(id).preStopCancel; cancel != nil {
 			w.m.cfg.Clock.AfterFunc(grace, cancel)
 		}
 		go func() {

@@ -145,9 +145,9 @@ func (m *Manager) objectChanged(key objectKey) {
 // (a missing ConfigMap, Secret or key) try again on the next sync.
 func (w *worker) retryConfigNow() {
 	w.mu.Lock()
-	for name, st := range w.waiting {
-		if st != nil && (st.Reason == "CreateContainerConfigError" || st.Reason == "ContainerCreating") {
-			w.waitingSince[name] = time.Time{}
+	for _, cf := range w.containers {
+		if st := cf.waiting; st != nil && (st.Reason == "CreateContainerConfigError" || st.Reason == "ContainerCreating") {
+			cf.waitingSince = time.Time{}
 		}
 	}
 	w.mu.Unlock()

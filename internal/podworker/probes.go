@@ -26,14 +26,15 @@ func (w *worker) probeChangesLocked(pod *v1.Pod) []probeChange {
 	for name, list := range w.instances {
 		for i, s := range list {
 			current := i == len(list)-1
+			f := w.factsOf(s.ID)
 			switch {
-			case current && s.State == runtime.StateRunning && !w.postStart[s.ID] && !w.probed[s.ID]:
-				w.probed[s.ID] = true
-				w.probeOf[name] = s.ID
-				w.probes[name] = lifecycle.ProbeState{}
-				out = append(out, probeChange{add: true, container: name, status: s, adopted: w.adopted[s.ID]})
-			case w.probed[s.ID] && (s.State == runtime.StateExited || !current):
-				delete(w.probed, s.ID)
+			case current && s.State == runtime.StateRunning && !f.postStart && !f.probed:
+				in := w.instanceLocked(name, s.ID)
+				in.probed = true
+				in.probe = &lifecycle.ProbeState{}
+				out = append(out, probeChange{add: true, container: name, status: s, adopted: f.adopted})
+			case f.probed && (s.State == runtime.StateExited || !current):
+				w.instanceLocked(name, s.ID).probed = false
 				out = append(out, probeChange{container: name, status: s})
 			}
 		}
@@ -63,11 +64,12 @@ func (w *worker) applyProbeChanges(pod *v1.Pod, changes []probeChange, terminati
 
 func (w *worker) probeUpdate(container, containerID string, state lifecycle.ProbeState) {
 	w.mu.Lock()
-	if w.probeOf[container] != containerID {
+	f := w.instFacts[containerID]
+	if f == nil || f.probe == nil || f.removed || f.container != container {
 		w.mu.Unlock()
 		return // a verdict on an instance that is already gone
 	}
-	w.probes[container] = state
+	*f.probe = state
 	w.mu.Unlock()
 	w.poke()
 }

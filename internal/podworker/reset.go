@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"errors"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -20,7 +21,8 @@ import (
 func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
 	w.mu.Lock()
 	list := w.instances[a.Container]
-	if w.stopping[a.Container] {
+	cf := w.containerLocked(a.Container)
+	if cf.stopping {
 		w.mu.Unlock()
 		return
 	}
@@ -28,7 +30,7 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 	for _, s := range list {
 		ids = append(ids, s.ID)
 	}
-	w.stopping[a.Container] = true
+	cf.stopping = true
 	w.mu.Unlock()
 	go func() {
 		defer w.poke()
@@ -43,16 +45,15 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		w.removeInstances(sctx, pod, ids)
 		w.mu.Lock()
 		for _, id := range ids {
-			w.removed[id] = true
-			delete(w.postStart, id)
+			f := w.instanceLocked(a.Container, id)
+			f.removed, f.postStart = true, false
 		}
+		// The container is as never tried: no instance (so no probe
+		// verdict either), no waiting reason, no back-off.
 		delete(w.instances, a.Container)
-		delete(w.waiting, a.Container)
-		delete(w.waitingSince, a.Container)
 		delete(w.backoff, a.Container)
-		delete(w.probes, a.Container)
-		delete(w.probeOf, a.Container)
-		w.stopping[a.Container] = false
+		cf := w.containerLocked(a.Container)
+		cf.waiting, cf.waitingSince, cf.stopping = nil, time.Time{}, false
 		w.mu.Unlock()
 		w.m.cfg.Log.Info("container removed to restart all containers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container)
 	}()

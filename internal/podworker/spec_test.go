@@ -125,7 +125,7 @@ func TestTerminationMessageFromALogWrittenLate(t *testing.T) {
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := v1.Container{Name: "c", TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError}
-	w := &worker{m: &Manager{cfg: Config{Clock: clk}}, messages: map[string]string{}, wake: make(chan struct{}, 1),
+	w := &worker{m: &Manager{cfg: Config{Clock: clk}}, instFacts: map[string]*instanceFacts{}, wake: make(chan struct{}, 1),
 		pod: &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{c}}}}
 	st := runtime.Status{ID: "a", Name: "c", LogPath: logPath, ExitCode: 1, FinishedAt: clk.Now()}
 	if got := w.terminationMessage(st); got != "" {
@@ -152,7 +152,7 @@ func TestTerminationMessageFromALogWrittenLate(t *testing.T) {
 	if got := w.terminationMessage(old); got != "" {
 		t.Fatalf("empty log long after the exit: %q", got)
 	}
-	if _, kept := w.messages["b"]; !kept {
+	if !w.factsOf("b").messageRead {
 		t.Fatal("an empty message long after the exit was not kept")
 	}
 }

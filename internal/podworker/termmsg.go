@@ -26,8 +26,8 @@ const (
 // termination message file, or with FallbackToLogsOnError and a non-zero
 // exit, the tail of the log when the file is empty. Called with w.mu held.
 func (w *worker) terminationMessage(s runtime.Status) string {
-	if msg, ok := w.messages[s.ID]; ok {
-		return msg
+	if f := w.factsOf(s.ID); f.messageRead {
+		return f.message
 	}
 	fallback := false
 	if c, ok := containerspec.Find(w.pod, s.Name); ok {
@@ -42,7 +42,8 @@ func (w *worker) terminationMessage(s runtime.Status) string {
 		w.m.cfg.Clock.AfterFunc(logSettleRetry, w.poke)
 		return msg
 	}
-	w.messages[s.ID] = msg
+	f := w.instanceLocked(s.Name, s.ID)
+	f.message, f.messageRead = msg, true
 	return msg
 }
 

@@ -41,29 +41,12 @@ type worker struct {
 	// sandboxStopped: sandboxes this worker stopped (their network
 	// released); one that died is not stopped until the worker stops it.
 	sandboxStopped map[string]bool
-	starting       map[string]bool
-	stopping       map[string]bool
-	waiting        map[string]*v1.ContainerStateWaiting
-	waitingSince   map[string]time.Time
-	postStart      map[string]bool // container IDs whose postStart has not returned yet
-	// postStartCancel ends the postStart hook of an instance that exited or
-	// of a pod that is terminating: a hook that never returns (sleep of a
-	// year, an exec that hangs) must not hold up the pod's end.
-	postStartCancel map[string]context.CancelFunc
-	messages        map[string]string
-	probes          map[string]lifecycle.ProbeState // by container name, for probeOf's instance
-	probeOf         map[string]string               // container name -> instance ID the probe state belongs to
-	probed          map[string]bool                 // instance IDs handed to the prober
-	adopted         map[string]bool                 // instance IDs found running when the worker started
-	removed         map[string]bool                 // instance IDs removed by a restart of all containers
-	unstarted       map[string]string               // instance ID -> container: found created, never started
-	backoff         map[string]lifecycle.BackOffEntry
-	termination     *lifecycle.Termination
-	rejected        *admission.Refusal // set when admission refused the pod
-	// preStopCancel ends the preStop hook of an instance being stopped, for a
-	// second delete with a shorter grace.
-	preStopCancel map[string]context.CancelFunc
-	lastStatus    v1.PodStatus
+	containers     map[string]*containerFacts // by container name (facts.go)
+	instFacts      map[string]*instanceFacts  // by instance ID (facts.go)
+	backoff        map[string]lifecycle.BackOffEntry
+	termination    *lifecycle.Termination
+	rejected       *admission.Refusal // set when admission refused the pod
+	lastStatus     v1.PodStatus
 	// extraConditions are conditions the agent adds once (DisruptionTarget).
 	extraConditions []v1.PodCondition
 	stopped         chan struct{} // closed once a terminated pod has nothing running
@@ -77,7 +60,6 @@ type worker struct {
 	resizeErr        string
 	resizeNotBefore  time.Time
 	resizing         bool
-	resizeKilled     map[string]bool
 	podCgroupLimits  *podcgroup.Limits // last written by syncPodCgroup
 	lastPhase        v1.PodPhase
 	finished         bool
@@ -89,23 +71,18 @@ type worker struct {
 func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []runtime.SandboxStatus) *worker {
 	w := &worker{
 		m: m, uid: pod.UID, pod: pod,
-		instances: map[string][]runtime.Status{},
-		starting:  map[string]bool{}, stopping: map[string]bool{},
-		waiting: map[string]*v1.ContainerStateWaiting{}, waitingSince: map[string]time.Time{},
-		postStart: map[string]bool{}, postStartCancel: map[string]context.CancelFunc{}, messages: map[string]string{},
-		probes: map[string]lifecycle.ProbeState{}, probeOf: map[string]string{},
-		probed: map[string]bool{}, adopted: map[string]bool{}, removed: map[string]bool{}, unstarted: map[string]string{},
+		instances:  map[string][]runtime.Status{},
+		containers: map[string]*containerFacts{}, instFacts: map[string]*instanceFacts{},
 		backoff: map[string]lifecycle.BackOffEntry{}, sandboxStopped: map[string]bool{},
-		wake: make(chan struct{}, 1), preStopCancel: map[string]context.CancelFunc{},
-		resizeKilled: map[string]bool{},
+		wake: make(chan struct{}, 1),
 	}
 	for _, s := range adopted {
 		w.instances[s.Name] = append(w.instances[s.Name], s)
 		switch s.State {
 		case runtime.StateRunning:
-			w.adopted[s.ID] = true
+			w.instanceLocked(s.Name, s.ID).adopted = true
 		case runtime.StateCreated:
-			w.unstarted[s.ID] = s.Name
+			w.instanceLocked(s.Name, s.ID).unstarted = true
 		}
 	}
 	for name := range w.instances {
@@ -165,7 +142,8 @@ func (w *worker) isActive() bool {
 // observe records a new runtime status of one of the pod's instances.
 func (w *worker) observe(st runtime.Status) {
 	w.mu.Lock()
-	if w.removed[st.ID] {
+	f := w.factsOf(st.ID)
+	if f.removed {
 		w.mu.Unlock()
 		return // a late event of an instance a restart of all containers removed
 	}
@@ -175,8 +153,8 @@ func (w *worker) observe(st runtime.Status) {
 		sortInstances(list)
 	}
 	w.instances[st.Name] = list
-	if cancel, ok := w.postStartCancel[st.ID]; ok && st.State == runtime.StateExited {
-		cancel()
+	if f.postStartCancel != nil && st.State == runtime.StateExited {
+		f.postStartCancel()
 	}
 	w.mu.Unlock()
 	w.poke()
@@ -295,8 +273,10 @@ func (w *worker) sync(ctx context.Context) {
 		unstarted = w.takeUnstartedLocked(pod)
 	}
 	if w.termination != nil {
-		for _, cancel := range w.postStartCancel {
-			cancel()
+		for _, f := range w.instFacts {
+			if f.postStartCancel != nil {
+				f.postStartCancel()
+			}
 		}
 	}
 	probeChanges := w.probeChangesLocked(pod)
@@ -426,26 +406,30 @@ var syncHook func(*worker)
 func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 	containers := map[string]lifecycle.ContainerRecord{}
 	for _, c := range allContainers(w.pod) {
+		cf := w.containerFactsOf(c.Name)
 		rec := lifecycle.ContainerRecord{
-			Waiting:      w.waiting[c.Name],
-			WaitingSince: w.waitingSince[c.Name],
-			Starting:     w.starting[c.Name],
-			Stopping:     w.stopping[c.Name],
+			Waiting:      cf.waiting,
+			WaitingSince: cf.waitingSince,
+			Starting:     cf.starting,
+			Stopping:     cf.stopping,
 		}
 		list := w.instances[c.Name]
 		if n := len(list); n > 0 {
 			rec.Current = w.instance(list[n-1])
-			rec.ResizeRestart = w.resizeKilled[list[n-1].ID]
+			rec.ResizeRestart = w.factsOf(list[n-1].ID).resizeKilled
 			if n > 1 {
 				rec.Previous = w.instance(list[n-2])
 			}
 		}
 		containers[c.Name] = rec
 	}
-	probes := make(map[string]lifecycle.ProbeState, len(w.probes))
-	for k, v := range w.probes {
-		if list := w.instances[k]; len(list) > 0 && list[len(list)-1].ID == w.probeOf[k] {
-			probes[k] = v
+	// The prober's verdicts count for a container's newest instance only.
+	probes := map[string]lifecycle.ProbeState{}
+	for name, list := range w.instances {
+		if n := len(list); n > 0 {
+			if p := w.factsOf(list[n-1].ID).probe; p != nil {
+				probes[name] = *p
+			}
 		}
 	}
 	backoff := make(map[string]lifecycle.BackOffEntry, len(w.backoff))
@@ -486,7 +470,7 @@ func (w *worker) instance(s runtime.Status) *lifecycle.Instance {
 		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
 		ExitCode: s.ExitCode, Signal: s.Signal, Reason: s.Reason, Message: s.Message,
 		Image: s.Image, ImageID: s.ImageRef,
-		PostStartDone: !w.postStart[s.ID],
+		PostStartDone: !w.factsOf(s.ID).postStart,
 		OldSandbox:    w.oldSandboxLocked(s.SandboxID),
 	}
 	switch s.State {

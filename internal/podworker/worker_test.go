@@ -380,7 +380,13 @@ func TestAgentTerminationShortensADeletionInFlight(t *testing.T) {
 		w := m.worker(pod.UID)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return len(w.preStopCancel) == 1
+		n := 0
+		for _, f := range w.instFacts {
+			if f.preStopCancel != nil {
+				n++
+			}
+		}
+		return n == 1
 	})
 	stopped := m.TerminatePod(pod.UID, Termination{Grace: 0, Reason: "Evicted", Message: "The node was low on resource: memory."})
 	select {
