@@ -184,6 +184,7 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) Start(ctx context.Context) error {
 	m.ctx = ctx
 	m.vols.Start(ctx)
+	go m.pruneWatches(ctx)
 	m.runtimeName = m.cfg.Runtime.Info.Name
 	sandboxes, err := m.cfg.Runtime.Sandboxes.ListSandboxes(ctx)
 	if err != nil {
@@ -500,9 +501,30 @@ func (m *Manager) removeWorker(uid types.UID) {
 	m.mu.Lock()
 	delete(m.workers, uid)
 	m.mu.Unlock()
-	m.watches.prune(func(uid types.UID) bool { return m.worker(uid) != nil })
 	m.cfg.Status.Forget(uid)
 	m.retryDeferredResizes(uid) // its resources are free
+}
+
+// watchPrunePeriod is how often the ConfigMap and Secret watches of pods
+// that are gone are stopped. Not at once when a worker ends: a pod made
+// again under the same name (a StatefulSet's, a Job's retry) would read
+// through a new watch before it has synced and find its objects missing
+// (TestRecreatedPodsStartPromptly saw FailedMount for kube-root-ca.crt).
+const watchPrunePeriod = time.Minute
+
+// pruneWatches stops the watches no worker needs, every watchPrunePeriod.
+func (m *Manager) pruneWatches(ctx context.Context) {
+	t := m.cfg.Clock.NewTimer(watchPrunePeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			m.watches.prune(func(uid types.UID) bool { return m.worker(uid) != nil })
+			t.Reset(watchPrunePeriod)
+		}
+	}
 }
 
 // activePods counts admitted pods that are not terminal, for admission.
