@@ -408,6 +408,7 @@ func TestGracefulShutdownLogind(t *testing.T) {
 	p.waitPod(t, ns, after.Name, 60*time.Second, "Running after the cancel", func(pod *v1.Pod) bool {
 		return pod.Status.Phase == v1.PodRunning
 	})
+	waitArmed(t, marks, after.Name)
 	for _, pod := range pods {
 		got, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
 		if err != nil || got.Status.Phase != v1.PodFailed {
