@@ -2,12 +2,14 @@ package csinode
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 )
@@ -52,18 +54,58 @@ func (w Writer) Ensure(ctx context.Context) (*storagev1.CSINode, error) {
 	return created, nil
 }
 
-// Install puts a driver's entry into the CSINode (creating it if needed),
-// retrying on conflicts with other writers.
+// Install records a driver's node ID in the Node's annotation and puts
+// its entry into the CSINode (creating it if needed), in that order as the
+// kubelet's node info manager, retrying on conflicts with other writers.
 func (w Writer) Install(ctx context.Context, d storagev1.CSINodeDriver) error {
+	if err := w.annotate(ctx, d.Name, d.NodeID); err != nil {
+		return err
+	}
 	return w.update(ctx, true, func(drivers []storagev1.CSINodeDriver) ([]storagev1.CSINodeDriver, bool) {
 		return WithDriver(drivers, d)
 	})
 }
 
-// Uninstall removes a driver's entry; a missing CSINode or entry is fine.
+// Uninstall removes a driver's entry and annotation; a missing CSINode or
+// entry is fine.
 func (w Writer) Uninstall(ctx context.Context, name string) error {
+	if err := w.annotate(ctx, name, ""); err != nil {
+		return err
+	}
 	return w.update(ctx, false, func(drivers []storagev1.CSINodeDriver) ([]storagev1.CSINodeDriver, bool) {
 		return WithoutDriver(drivers, name)
+	})
+}
+
+// annotate sets (or, nodeID "", removes) the driver's entry of the Node's
+// NodeIDAnnotation. The patch carries the resourceVersion it was computed
+// from, so a concurrent change of the annotation is a conflict and retried.
+func (w Writer) annotate(ctx context.Context, driver, nodeID string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := w.Client.CoreV1().Nodes().Get(ctx, w.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading Node %s: %w", w.NodeName, err)
+		}
+		value, changed, err := WithNodeID(n.Annotations[NodeIDAnnotation], driver, nodeID)
+		if err != nil || !changed {
+			return err
+		}
+		var v any = value
+		if value == "" {
+			v = nil // a merge patch removes the key
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": n.ResourceVersion,
+			"annotations":     map[string]any{NodeIDAnnotation: v},
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = w.Client.CoreV1().Nodes().Patch(ctx, w.NodeName, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil && !apierrors.IsConflict(err) {
+			return fmt.Errorf("annotating Node %s with %s: %w", w.NodeName, NodeIDAnnotation, err)
+		}
+		return err
 	})
 }
 

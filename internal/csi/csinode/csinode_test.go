@@ -55,6 +55,10 @@ func TestInstallCreatesTheCSINodeOwnedByTheNode(t *testing.T) {
 		t.Fatalf("drivers (-want +got):\n%s", dff)
 	}
 
+	if a := annotation(t, c); a != `{"hostpath.csi.k8s.io":"n1"}` {
+		t.Fatalf("Node annotation %s = %q", NodeIDAnnotation, a)
+	}
+
 	// Registering the same driver again (a restarted registrar) writes nothing.
 	before := updates(c)
 	if err := w.Install(ctx, d); err != nil {
@@ -70,6 +74,21 @@ func TestInstallCreatesTheCSINodeOwnedByTheNode(t *testing.T) {
 	if got := get(t, c); len(got.Spec.Drivers) != 0 {
 		t.Fatalf("driver left after Uninstall: %v", got.Spec.Drivers)
 	}
+	if a := annotation(t, c); a != "" {
+		t.Fatalf("Node annotation %s left after Uninstall: %q", NodeIDAnnotation, a)
+	}
+}
+
+func annotation(t *testing.T, c *fake.Clientset) string {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), "n1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := n.Annotations[NodeIDAnnotation]; ok && v == "" {
+		t.Fatal("annotation left with an empty value")
+	}
+	return n.Annotations[NodeIDAnnotation]
 }
 
 func TestInstallKeepsOtherDrivers(t *testing.T) {

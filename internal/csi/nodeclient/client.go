@@ -118,14 +118,17 @@ func (c *Client) Publish(ctx context.Context, req *csi.NodePublishVolumeRequest)
 	return nil
 }
 
-// Unpublish calls NodeUnpublishVolume and then removes the emptied target
-// and its volume directory. os.Remove only removes what is empty and not a
-// mount point, so a driver that did not unmount loses nothing.
+// Unpublish calls NodeUnpublishVolume and then removes the emptied target,
+// the node's record of the volume (noderequest.RecordFileName) and the
+// volume directory. The target goes first and os.Remove only removes what
+// is empty and not a mount point, so a driver that did not unmount loses
+// nothing, and the record stays to try again.
 func (c *Client) Unpublish(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) error {
 	if _, err := c.node.NodeUnpublishVolume(ctx, req); err != nil {
 		return fmt.Errorf("NodeUnpublishVolume %s: %w", req.GetVolumeId(), err)
 	}
-	for _, dir := range []string{req.GetTargetPath(), filepath.Dir(req.GetTargetPath())} {
+	target := req.GetTargetPath()
+	for _, dir := range []string{target, filepath.Join(filepath.Dir(target), noderequest.RecordFileName), filepath.Dir(target)} {
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("removing %s after NodeUnpublishVolume: %w", dir, err)
 		}

@@ -33,6 +33,16 @@ func PublishPath(podDir, specVolumeName string) string {
 	return filepath.Join(podDir, "volumes", escape(PluginDirName), escape(specVolumeName), "mount")
 }
 
+// RecordFileName is the file next to a published volume's mount
+// directory in which the node records the volume (driver, handle), as the
+// kubelet's vol_data.json: enough to unpublish it after a restart.
+const RecordFileName = "vol_data.json"
+
+// RecordPath is the record's path for a volume of the pod.
+func RecordPath(podDir, specVolumeName string) string {
+	return filepath.Join(filepath.Dir(PublishPath(podDir, specVolumeName)), RecordFileName)
+}
+
 // escape makes a qualified name one path element, as the kubelet does
 // ("kubernetes.io/csi" becomes "kubernetes.io~csi").
 func escape(name string) string {
