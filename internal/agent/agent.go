@@ -105,6 +105,7 @@ type Agent struct {
 	logRotation  *logrotate.Manager // nil: the runtime cannot reopen logs
 	imageGC      *imagegc.Manager   // nil: no images to collect (gc.go)
 	recorder     record.EventRecorder
+	csi          *csi
 }
 
 // New builds the agent's parts and binds the agent port; nothing runs until Start.
@@ -202,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.csi = a.newCSI(agentDir)
 	a.workers, err = podworker.New(podworker.Config{
 		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
 		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(),
@@ -216,6 +218,7 @@ func New(cfg Config) (*Agent, error) {
 		Cgroups:  a.podCgroups(),
 		Timeline: a.timeline,
 		Unrouter: cfg.Unrouter,
+		CSI:      a.csi.registry, CSIRoot: agentDir,
 	})
 	if err != nil {
 		return nil, err
@@ -353,6 +356,9 @@ func (a *Agent) Start(ctx context.Context) error {
 		go a.logRotation.Run(ctx)
 	}
 	go a.watchContainerd(ctx)
+	// Drivers register before the workers start, where they can: a
+	// restarted agent's pods find their drivers again within a second.
+	go a.csi.run(ctx, a.cfg.Log.Warn)
 	go func() {
 		if err := a.setUpPodNetwork(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("pod network", "err", err)

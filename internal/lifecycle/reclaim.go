@@ -11,9 +11,10 @@ import v1 "k8s.io/api/core/v1"
 // the agent sends it only once the pod's termination is complete on the
 // node: every container stopped, every sandbox stopped (StopPodSandbox
 // returned: its processes are gone and its network is released) and none
-// being made. Volumes are unmounted only once the pod is gone from the API
-// (podworker's finish): when they are unmounted before, their unmount joins
-// these facts.
+// being made, and its CSI volumes unpublished and unstaged (the
+// attach/detach controller detaches them once the pod is gone). The
+// volumes that hold nothing outside the pod's directory are removed with
+// it once the pod is gone from the API (podworker's finish).
 
 // SandboxRecord is what the agent recorded of one of the pod's sandboxes.
 type SandboxRecord struct {
@@ -40,11 +41,15 @@ type Reclaim struct {
 	// process left its container. The kubelet's podResourcesAreReclaimed
 	// waits for the pod cgroup to be gone for the same reason.
 	ProcessesLeft bool
+	// VolumesMounted: a CSI volume of the pod is still published or staged
+	// (its driver's NodeUnpublishVolume/NodeUnstageVolume has not
+	// succeeded yet).
+	VolumesMounted bool
 }
 
 // Reclaimed: the pod's termination is complete on the node.
 func (r Reclaim) Reclaimed() bool {
-	if !r.Done || r.SandboxCreating || r.ProcessesLeft {
+	if !r.Done || r.SandboxCreating || r.ProcessesLeft || r.VolumesMounted {
 		return false
 	}
 	for _, sb := range r.Sandboxes {

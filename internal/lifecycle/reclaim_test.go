@@ -37,6 +37,7 @@ func TestMayDelete(t *testing.T) {
 			Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a"}, {ID: "b", Stopped: true}}}, false},
 		{"a sandbox being made", deleting, Reclaim{Done: true, Sandboxes: stopped("a"), SandboxCreating: true}, false},
 		{"processes left in the pod cgroup", deleting, Reclaim{Done: true, Sandboxes: stopped("a"), ProcessesLeft: true}, false},
+		{"a CSI volume still published or staged", deleting, Reclaim{Done: true, Sandboxes: stopped("a"), VolumesMounted: true}, false},
 		{"not being deleted: a finished pod stays", running, Reclaim{Done: true, Sandboxes: stopped("a")}, false},
 	}
 	for _, tc := range tests {

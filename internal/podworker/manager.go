@@ -27,6 +27,7 @@ import (
 	"github.com/podvisor/podvisor/internal/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/volume"
 )
 
 // StatusWriter is the status manager as the workers see it.
@@ -88,7 +89,12 @@ type Config struct {
 	// Unrouter tells when the node's service proxy stopped routing to a
 	// pod that asked to be stopped only then; nil: no pod waits.
 	Unrouter Unrouter
-	Log      *slog.Logger
+	// CSI are the node's registered CSI drivers and CSIRoot the directory
+	// they stage volumes under (volume.Config); nil: CSI volumes wait with
+	// FailedMount naming their unregistered driver.
+	CSI     volume.CSIDrivers
+	CSIRoot string
+	Log     *slog.Logger
 }
 
 // Timeline is where the workers record steps (timeline.Recorder).

@@ -22,6 +22,9 @@ type Volumes interface {
 	Mounts(pod *v1.Pod, c *v1.Container, paths volume.Paths, imageIDs, env map[string]string, rt volume.Runtime) ([]runtime.Mount, error)
 	// Refresh rewrites the pod's API-data volumes now: an object changed.
 	Refresh(uid types.UID)
+	// Unmount unpublishes (and unstages) the pod's CSI volumes once it
+	// has terminated; the final delete waits for it to succeed.
+	Unmount(ctx context.Context, podDir string) error
 	TearDown(podDir string)
 }
 
@@ -34,7 +37,7 @@ func newVolumes(m *Manager) (*volume.Manager, error) {
 		NodeName: m.cfg.NodeName, HostIP: m.cfg.HostIP, PodsDir: m.cfg.PodsDir,
 		Allocatable: m.cfg.Allocatable, Node: m.cfg.Node, Client: m.cfg.Client,
 		Objects: podObjectReader{m}, Pods: podView{m},
-		PullSecrets: m.pullSecrets, CatchUp: m.untilCaughtUp,
+		PullSecrets: m.pullSecrets, CatchUp: m.untilCaughtUp, CSI: m.cfg.CSI, CSIRoot: m.cfg.CSIRoot,
 		Recorder: m.cfg.Recorder, Clock: m.cfg.Clock, Log: m.cfg.Log,
 	}
 	if m.images != nil {

@@ -63,6 +63,9 @@ type worker struct {
 	podCgroupLimits  *podcgroup.Limits // last written by syncPodCgroup
 	lastPhase        v1.PodPhase
 	finished         bool
+	// volumesUnmounted: the terminated pod's CSI volumes are torn down
+	// (unmountVolumes).
+	volumesUnmounted bool
 
 	wake  chan struct{}
 	timer clock.Timer
@@ -322,6 +325,7 @@ func (w *worker) sync(ctx context.Context) {
 	}
 	if plan.Done {
 		w.stopSandboxes(ctx, pod, "")
+		w.unmountVolumes(ctx, pod)
 		w.markStopped()
 		// The final delete waits for the pod's termination to be complete
 		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
@@ -348,7 +352,7 @@ func (w *worker) sync(ctx context.Context) {
 // every sandbox it adopted.
 func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 	w.mu.Lock()
-	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy}
+	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy, VolumesMounted: !w.volumesUnmounted}
 	for _, sb := range w.sandboxes {
 		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
 	}
@@ -359,6 +363,27 @@ func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 		r.ProcessesLeft = err == nil && n > 0
 	}
 	return r
+}
+
+// unmountVolumes tears down the terminated pod's CSI volumes, which its
+// final delete waits for (lifecycle.Reclaim); a failure (a driver gone or
+// failing) is tried again sandboxRetry later, as the kubelet's reconciler
+// retries, and logged as it does.
+func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
+	w.mu.Lock()
+	done := w.volumesUnmounted
+	w.mu.Unlock()
+	if done {
+		return
+	}
+	err := w.m.vols.Unmount(ctx, w.podDir())
+	w.mu.Lock()
+	w.volumesUnmounted = err == nil
+	w.mu.Unlock()
+	if err != nil {
+		w.m.cfg.Log.Warn("unmounting volumes of a terminated pod", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "err", err)
+		w.m.cfg.Clock.AfterFunc(sandboxRetry, w.poke)
+	}
 }
 
 // processesLeftPoll is how often a terminated pod's cgroup is read again

@@ -116,6 +116,7 @@ func checkHostPath(hp *v1.HostPathVolumeSource) error {
 // stayed mounted with its directory, so each volume directory is also
 // unmounted by path (EINVAL for one that is no mount point).
 func (vm *Manager) TearDown(podDir string) {
+	vm.unmountOnTearDown(podDir)
 	unmountUnder(podDir)
 	plugins, _ := os.ReadDir(filepath.Join(podDir, "volumes"))
 	for _, p := range plugins {

@@ -1,6 +1,6 @@
 // Package volume is the node's volume manager: it sets up a pod's volumes
 // (emptyDir, hostPath, configMap, secret, downwardAPI, projected,
-// persistentVolumeClaim and ephemeral with hostPath or local PVs, image),
+// persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs, image),
 // keeps the API-data ones current, lists the mounts of one container, and
 // tears them down when the pod goes. The pod workers call it through a
 // narrow interface; what it needs of the rest of the agent (the objects a
@@ -85,7 +85,12 @@ type Config struct {
 	PullSecrets func(ctx context.Context, pod *v1.Pod) []v1.Secret
 	// CatchUp repeats req while the API server's view of pods lags behind
 	// the pod (lagging says which errors that explains); nil: req once.
-	CatchUp  func(ctx context.Context, pod types.UID, what string, lagging func(error) bool, req func() error) error
+	CatchUp func(ctx context.Context, pod types.UID, what string, lagging func(error) bool, req func() error) error
+	// CSI are the node's registered CSI drivers (nil: none) and CSIRoot
+	// the agent directory under which they stage volumes
+	// (<CSIRoot>/plugins/kubernetes.io/csi/…, as the kubelet's root).
+	CSI      CSIDrivers
+	CSIRoot  string
 	Recorder record.EventRecorder
 	Clock    clock.Clock
 	Log      *slog.Logger
@@ -100,6 +105,8 @@ type Manager struct {
 	mu     sync.Mutex
 	pods   map[types.UID]*podVolumes
 	tokens map[tokenKey]cachedToken
+
+	csiLocks csiLocks
 }
 
 // podVolumes serialises setup and resync of one pod's volumes.
@@ -110,6 +117,9 @@ type podVolumes struct {
 	// owned are the local PVs given the pod's fsGroup, once per pod as the
 	// kubelet does when it mounts them.
 	owned map[string]bool
+	// published are the CSI volumes published into the pod (csi.go), by
+	// volume name: SetUp publishes each once.
+	published map[string]bool
 }
 
 // New validates cfg and makes the manager; Start runs its resync loop.
@@ -311,7 +321,7 @@ func (vm *Manager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, 
 	}
 	plugin := pluginDir(v)
 	if plugin == "" {
-		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim and ephemeral with hostPath or local PVs)", v.Name)
+		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs)", v.Name)
 	}
 	dir := filepath.Join(podDir, "volumes", plugin, v.Name)
 	if v.EmptyDir != nil {

@@ -37,6 +37,9 @@ type Kind string
 const (
 	KindHostPath Kind = "hostPath"
 	KindLocal    Kind = "local"
+	// KindCSI: the PV's CSI driver publishes it into the pod's directory;
+	// Path is empty (the volume manager knows where).
+	KindCSI Kind = "csi"
 )
 
 // Mount is a resolved claim: the PV's path on this node, mounted as a bind
@@ -61,10 +64,20 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Msg }
 
+// Message is an error whose text is the whole event message (the CSI
+// operations name their step and the PV themselves, as upstream).
+type Message struct{ Msg string }
+
+func (e *Message) Error() string { return e.Msg }
+
 // Event is the FailedMount event's message for err of volume, as the
 // kubelet words it: the volume's name in the lists of what is not mounted,
 // and then what is wrong with it (which upstream leaves to its log).
 func Event(volume string, err error) string {
+	var m *Message
+	if errors.As(err, &m) {
+		return m.Msg
+	}
 	var ce *Error
 	if errors.As(err, &ce) && ce.ProcessingFailed {
 		return fmt.Sprintf("Unable to attach or mount volumes: unmounted volumes=[%s], unattached volumes=[], failed to process volumes=[%s]: %s", volume, volume, ce.Msg)
@@ -121,8 +134,10 @@ func Resolve(pod *v1.Pod, v *v1.Volume, pvc *v1.PersistentVolumeClaim, pvcErr er
 			return Mount{}, &Error{Msg: fmt.Sprintf("MountVolume.NodeAffinity check failed for volume %q : %v", pv.Name, err)}
 		}
 		m.Kind, m.Path = KindLocal, pv.Spec.Local.Path
+	case pv.Spec.CSI != nil:
+		m.Kind = KindCSI
 	default:
-		return Mount{}, processing(pod, name, "PV %s is of type %s, which this node cannot mount yet (supported: hostPath, local)", pv.Name, sourceType(pv))
+		return Mount{}, processing(pod, name, "PV %s is of type %s, which this node cannot mount yet (supported: hostPath, local, csi)", pv.Name, sourceType(pv))
 	}
 	return m, nil
 }
