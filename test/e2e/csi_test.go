@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/podvisor/podvisor/internal/mounts"
+)
+
+// CSI volumes from a driver of our own (test/csidriver, hostpath-like:
+// the Go proxy does not serve csi-driver-host-path), run as a host
+// process that registers through the node's plugin registration
+// directory as node-driver-registrar would. A static PV of the driver is
+// staged and published into a pod, which writes to it; deleting the pod
+// unpublishes and unstages it before the pod leaves the API; a second pod
+// sees the data; a PV of a driver that never registered waits with
+// upstream's FailedMount message. The driver needs no attach
+// (CSIDriver attachRequired: false): nothing here runs an external
+// attacher.
+func TestCSIVolumes(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("csi-volumes")
+	ctx := context.Background()
+	const driverName = "e2e.csi.podvisor.test"
+	d := startTestCSIDriver(t, p, driverName)
+
+	// Registered: the CSINode and the Node's annotation name the driver.
+	Eventually(t, 2*time.Minute, "CSINode "+p.NodeName+" to list driver "+driverName, func() (bool, error) {
+		c, err := p.Admin.StorageV1().CSINodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(c.Spec.Drivers, func(x storagev1.CSINodeDriver) bool {
+			return x.Name == driverName && x.NodeID == p.NodeName
+		}), nil
+	})
+	node, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids map[string]string
+	if err := json.Unmarshal([]byte(node.Annotations["csi.volume.kubernetes.io/nodeid"]), &ids); err != nil || ids[driverName] != p.NodeName {
+		t.Errorf("Node annotation csi.volume.kubernetes.io/nodeid = %q, want it to map %s to %s", node.Annotations["csi.volume.kubernetes.io/nodeid"], driverName, p.NodeName)
+	}
+
+	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(true)}}
+	if _, err := p.Admin.StorageV1().CSIDrivers().Create(ctx, csiDriver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Admin.StorageV1().CSIDrivers().Delete(context.Background(), driverName, metav1.DeleteOptions{})
+	})
+
+	// A static PV of the driver, whose volume (a directory) exists, and
+	// one of a driver that never registers.
+	volDir := filepath.Join(d.dataDir, "volumes", "vol-1")
+	if err := os.MkdirAll(volDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	staticClaim(t, p, ns, "csi-data", "csi-e2e-pv", driverName, "vol-1")
+	staticClaim(t, p, ns, "csi-missing", "csi-e2e-missing-pv", "missing.csi.podvisor.test", "vol-x")
+
+	mountPath := t.TempDir() // the process runtime's containers share the host's filesystem
+	withClaim := func(name, claim, script string) *v1.Pod {
+		pod := p.pod(ns, name, v1.RestartPolicyAlways, sh("c", script))
+		pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: mountPath}}
+		return pod
+	}
+	missing := withClaim("missing", "csi-missing", "sleep 3600")
+	missing.Spec.NodeName = p.NodeName
+	p.create(t, missing)
+	writer := p.create(t, withClaim("writer", "csi-data", `echo writer > `+mountPath+`/f; exec sleep 3600`))
+	// Deleted before the driver stops (cleanups run last first): a pod
+	// whose volume cannot be unpublished stays Terminating.
+	t.Cleanup(func() {
+		for _, name := range []string{"writer", "reader", "missing"} {
+			_ = p.Admin.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
+		}
+		for _, name := range []string{"writer", "reader", "missing"} {
+			p.waitGone(t, ns, name, 3*time.Minute)
+		}
+	})
+
+	running := func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning }
+	p.waitPod(t, ns, "writer", 3*time.Minute, "Running", running)
+	waitLines(t, filepath.Join(volDir, "f"), "writer")
+	published := d.waitCall(t, "NodePublishVolume", "vol-1")
+	stage := d.waitCall(t, "NodeStageVolume", "vol-1")
+	if want := string(writer.UID); published.VolumeContext["csi.storage.k8s.io/pod.uid"] != want {
+		t.Errorf("podInfoOnMount: NodePublishVolume's volume context %v lacks pod.uid %s", published.VolumeContext, want)
+	}
+	if !strings.Contains(published.Target, "/volumes/kubernetes.io~csi/csi-e2e-pv/mount") || published.Staging != stage.Staging {
+		t.Errorf("NodePublishVolume target %q staging %q, NodeStageVolume staging %q", published.Target, published.Staging, stage.Staging)
+	}
+	if !slices.Contains(mounts.Points(), published.Target) {
+		t.Errorf("the published volume %s is not mounted", published.Target)
+	}
+
+	// Deleted, the pod leaves the API only once its volume is unpublished
+	// and unstaged (no other pod uses it): while the driver fails
+	// NodeUnpublishVolume, the pod stays; once it succeeds (retried), the
+	// pod goes.
+	if err := os.WriteFile(d.failFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Admin.CoreV1().Pods(ns).Delete(ctx, "writer", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d.waitCall(t, "NodeUnpublishVolume", "vol-1")
+	if pod, err := p.Admin.CoreV1().Pods(ns).Get(ctx, "writer", metav1.GetOptions{}); err != nil {
+		t.Errorf("the pod left the API while its volume's NodeUnpublishVolume failed: %v", err)
+	} else if pod.DeletionTimestamp == nil {
+		t.Errorf("pod writer is not being deleted:\n%s", describe(pod))
+	}
+	if err := os.Remove(d.failFile); err != nil {
+		t.Fatal(err)
+	}
+	p.waitGone(t, ns, "writer", 3*time.Minute)
+	calls := d.calls(t)
+	if !hasCall(calls, "NodeUnstageVolume", "vol-1") {
+		t.Errorf("the pod left the API before its volume was unstaged; driver calls: %+v", calls)
+	}
+	for _, mp := range []string{published.Target, stage.Staging} {
+		if slices.Contains(mounts.Points(), mp) {
+			t.Errorf("%s is still mounted after the pod is gone", mp)
+		}
+	}
+	waitLines(t, filepath.Join(volDir, "f"), "writer") // the data stays with the driver
+
+	// A second pod sees the data.
+	p.create(t, withClaim("reader", "csi-data", `cat `+mountPath+`/f > `+mountPath+`/seen; exec sleep 3600`))
+	p.waitPod(t, ns, "reader", 3*time.Minute, "Running", running)
+	waitLines(t, filepath.Join(volDir, "seen"), "writer")
+
+	// The unregistered driver's pod waited all along with upstream's words.
+	Eventually(t, 2*time.Minute, "FailedMount event of pod missing", func() (bool, error) {
+		evs, err := p.Admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedMount,involvedObject.name=missing"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "driver name missing.csi.podvisor.test not found in the list of registered CSI drivers") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if pod, err := p.Admin.CoreV1().Pods(ns).Get(ctx, "missing", metav1.GetOptions{}); err != nil || pod.Status.Phase != v1.PodPending {
+		t.Errorf("the pod of an unregistered driver's volume is not Pending (err %v):\n%s", err, describe(pod))
+	}
+}
+
+// staticClaim makes a PV of a CSI driver's volume and a claim bound to it.
+func staticClaim(t *testing.T, p *Podvisor, ns, claim, pvName, driver, handle string) {
+	t.Helper()
+	ctx := context.Background()
+	size := v1.ResourceList{v1.ResourceStorage: resource.MustParse("1Mi")}
+	pv := &v1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: pvName}, Spec: v1.PersistentVolumeSpec{
+		Capacity: size, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		PersistentVolumeReclaimPolicy: v1.PersistentVolumeReclaimRetain, StorageClassName: "",
+		ClaimRef:               &v1.ObjectReference{Namespace: ns, Name: claim},
+		PersistentVolumeSource: v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: driver, VolumeHandle: handle}},
+	}}
+	if _, err := p.Admin.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.Admin.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
+	})
+	pvc := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: claim}, Spec: v1.PersistentVolumeClaimSpec{
+		StorageClassName: ptr.To(""), VolumeName: pvName, AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
+		Resources: v1.VolumeResourceRequirements{Requests: size}}}
+	if _, err := p.Admin.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testCSIDriver is a running test/csidriver.
+type testCSIDriver struct {
+	dataDir, callsFile string
+	failFile           string // while it exists, NodeUnpublishVolume fails
+}
+
+// csiCall is a line of the driver's calls file (test/csidriver's Call).
+type csiCall struct {
+	Method        string            `json:"method"`
+	VolumeID      string            `json:"volumeID"`
+	Target        string            `json:"target"`
+	Staging       string            `json:"staging"`
+	ReadOnly      bool              `json:"readOnly"`
+	VolumeContext map[string]string `json:"volumeContext"`
+}
+
+// startTestCSIDriver builds and runs test/csidriver for p's node until the
+// test ends.
+func startTestCSIDriver(t *testing.T, p *Podvisor, name string) *testCSIDriver {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "csidriver")
+	build := exec.Command("go", "build", "-o", bin, "./test/csidriver")
+	build.Dir = moduleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building test/csidriver: %v\n%s", err, out)
+	}
+	d := &testCSIDriver{dataDir: filepath.Join(dir, "data"), callsFile: filepath.Join(dir, "calls.jsonl"), failFile: filepath.Join(dir, "fail-unpublish")}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "--name", name, "--endpoint", filepath.Join(dir, "csi.sock"),
+		"--registration-dir", filepath.Join(p.DataDir, "agent", "plugins_registry"),
+		"--data-dir", d.dataDir, "--node-id", p.NodeName, "--calls", d.callsFile, "--fail-unpublish-file", d.failFile)
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("test CSI driver's output:\n%s", stderr.String())
+		}
+	})
+	return d
+}
+
+func (d *testCSIDriver) calls(t *testing.T) []csiCall {
+	t.Helper()
+	f, err := os.Open(d.callsFile)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []csiCall
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		var c csiCall
+		if err := json.Unmarshal(s.Bytes(), &c); err != nil {
+			t.Fatalf("driver calls file: %v", err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func hasCall(calls []csiCall, method, volume string) bool {
+	return slices.ContainsFunc(calls, func(c csiCall) bool { return c.Method == method && c.VolumeID == volume })
+}
+
+// waitCall waits for the driver to have been called and returns the call.
+func (d *testCSIDriver) waitCall(t *testing.T, method, volume string) csiCall {
+	t.Helper()
+	var got csiCall
+	Eventually(t, 2*time.Minute, fmt.Sprintf("%s of %s", method, volume), func() (bool, error) {
+		for _, c := range d.calls(t) {
+			if c.Method == method && c.VolumeID == volume {
+				got = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return got
+}
