@@ -49,6 +49,7 @@ import (
 	"github.com/podvisor/podvisor/internal/shutdown"
 	"github.com/podvisor/podvisor/internal/status"
 	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/volume"
 )
 
 // Config is what the agent needs to run.
@@ -159,6 +160,7 @@ func New(cfg Config) (*Agent, error) {
 		LeaseDurationSeconds:  cfg.Kubelet.NodeLeaseDurationSeconds,
 		HardEviction:          cfg.Kubelet.Eviction.Thresholds,
 		RuntimeVersion:        a.runtimeVersion(),
+		VolumesInUse:          func() []v1.UniqueVolumeName { return volume.InUse(filepath.Join(agentDir, "pods")) },
 		Client:                client, Log: cfg.Log,
 	})
 	if err != nil {

@@ -43,9 +43,12 @@ type Config struct {
 	StatusReportFrequency time.Duration // how often it is written when nothing changed
 	LeaseDurationSeconds  int32
 	HardEviction          []eviction.Threshold // for allocatable
-	Client                kubernetes.Interface
-	Clock                 clock.WithTicker
-	Log                   *slog.Logger
+	// VolumesInUse lists the attachable volumes the node's pods use
+	// (status.volumesInUse); nil: none.
+	VolumesInUse func() []v1.UniqueVolumeName
+	Client       kubernetes.Interface
+	Clock        clock.WithTicker
+	Log          *slog.Logger
 }
 
 // Manager registers the node and keeps its status and lease fresh.
@@ -125,9 +128,9 @@ func (m *Manager) Register(ctx context.Context) error {
 	switch {
 	case err == nil:
 	case apierrors.IsAlreadyExists(err):
-		// Only the labels: a full update would carry taints, which
-		// NodeRestriction forbids a node to change.
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": want.Labels}})
+		// Only the labels and annotations: a full update would carry
+		// taints, which NodeRestriction forbids a node to change.
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": want.Labels, "annotations": want.Annotations}})
 		if err != nil {
 			return err
 		}
@@ -172,10 +175,16 @@ func (m *Manager) syncAndLog(ctx context.Context, force bool) {
 	}
 }
 
+// ControllerManagedAttachDetach is the Node annotation by which a kubelet
+// leaves attaching and detaching its volumes to the attach/detach
+// controller, which then makes the VolumeAttachments of its CSI volumes.
+const ControllerManagedAttachDetach = "volumes.kubernetes.io/controller-managed-attach-detach"
+
 func (m *Manager) desiredNode() *v1.Node {
 	return &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: m.cfg.Name,
+			Name:        m.cfg.Name,
+			Annotations: map[string]string{ControllerManagedAttachDetach: "true"},
 			Labels: map[string]string{
 				"kubernetes.io/hostname":  m.cfg.Name,
 				"kubernetes.io/os":        runtime.GOOS,
@@ -208,7 +217,12 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 	conds, changed := mergeConditions(cur.Status.Conditions, conditions(in), now, due)
 	capacity, allocatable := resources(in)
 	features := declaredFeatures()
-	if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) && slices.Equal(cur.Status.DeclaredFeatures, features) {
+	var inUse []v1.UniqueVolumeName
+	if m.cfg.VolumesInUse != nil {
+		inUse = m.cfg.VolumesInUse()
+	}
+	if !changed && !due && quantitiesEqual(cur.Status.Capacity, capacity) && slices.Equal(cur.Status.DeclaredFeatures, features) &&
+		slices.Equal(cur.Status.VolumesInUse, inUse) {
 		return nil
 	}
 	// A strategic merge patch of the status only, as the kubelet sends: an
@@ -220,7 +234,11 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 		Addresses: m.addresses(), NodeInfo: nodeInfo(m.cfg.RuntimeVersion), DeclaredFeatures: features,
 	}
 	st.DaemonEndpoints.KubeletEndpoint.Port = m.cfg.AgentPort
-	patch, err := json.Marshal(map[string]any{"status": st})
+	status, err := statusPatch(st, inUse)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}
@@ -232,6 +250,26 @@ func (m *Manager) syncStatus(ctx context.Context, force bool) error {
 		m.mu.Unlock()
 	}
 	return err
+}
+
+// statusPatch is the status as a patch, volumesInUse set explicitly: the
+// field is omitted when empty, and an omitted field would leave the last
+// list in place (null removes it).
+func statusPatch(st v1.NodeStatus, inUse []v1.UniqueVolumeName) (map[string]any, error) {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	if len(inUse) == 0 {
+		out["volumesInUse"] = nil
+	} else {
+		out["volumesInUse"] = inUse
+	}
+	return out, nil
 }
 
 func quantitiesEqual(a, b v1.ResourceList) bool {

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,5 +108,26 @@ func TestDeclaredFeaturesAreWhatTheAgentImplements(t *testing.T) {
 	want := []string{"ExtendWebSocketsToKubelet", "RestartAllContainersOnContainerExits"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("declaredFeatures = %v, want %v", got, want)
+	}
+}
+
+func TestStatusPatchSetsVolumesInUseExplicitly(t *testing.T) {
+	st := v1.NodeStatus{Phase: v1.NodeRunning}
+	for _, tc := range []struct {
+		inUse []v1.UniqueVolumeName
+		want  string
+	}{
+		// An empty list must clear the stored one: null, not omitted.
+		{nil, `"volumesInUse":null`},
+		{[]v1.UniqueVolumeName{"kubernetes.io/csi/d^h"}, `"volumesInUse":["kubernetes.io/csi/d^h"]`},
+	} {
+		p, err := statusPatch(st, tc.inUse)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(p)
+		if !strings.Contains(string(b), tc.want) || !strings.Contains(string(b), `"phase":"Running"`) {
+			t.Errorf("statusPatch(%v) = %s, want %s and the rest of the status", tc.inUse, b, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -268,6 +269,30 @@ func (vm *Manager) unmountCSI(ctx context.Context, podDir string, r csivolume.Re
 	_ = os.Remove(filepath.Dir(staging))
 	vm.cfg.Log.Info("CSI volume unstaged", "pv", r.SpecVolID, "driver", r.DriverName)
 	return nil
+}
+
+// InUse lists the CSI volumes published (or being published) into the
+// pods under podsDir, for the Node's status.volumesInUse: the attach/detach
+// controller detaches none of them. Read from the records, so it holds
+// across agent restarts.
+func InUse(podsDir string) []v1.UniqueVolumeName {
+	entries, _ := os.ReadDir(podsDir)
+	seen := map[v1.UniqueVolumeName]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		recs, _ := records(filepath.Join(podsDir, e.Name()))
+		for _, r := range recs {
+			seen[csivolume.UniqueName(r.DriverName, r.VolumeHandle)] = true
+		}
+	}
+	out := make([]v1.UniqueVolumeName, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // otherRecords are the records of every pod directory but podDir.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -207,6 +208,10 @@ func TestCSIVolumeIsUnstagedWhenItsLastPodGoes(t *testing.T) {
 	}
 
 	f.node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Return(&csi.NodeUnpublishVolumeResponse{}, nil)
+	want := []v1.UniqueVolumeName{"kubernetes.io/csi/d.csi.test^h1"}
+	if got := InUse(f.podsDir); !slices.Equal(got, want) {
+		t.Fatalf("InUse = %v, want %v (once for two pods)", got, want)
+	}
 	if err := f.vm.Unmount(ctx, f.podDir(a)); err != nil {
 		t.Fatal(err)
 	}
@@ -222,5 +227,8 @@ func TestCSIVolumeIsUnstagedWhenItsLastPodGoes(t *testing.T) {
 	}
 	if err := f.vm.Unmount(ctx, f.podDir(b)); err != nil {
 		t.Fatalf("second unmount: %v", err)
+	}
+	if got := InUse(f.podsDir); len(got) != 0 {
+		t.Fatalf("InUse = %v after every pod unmounted", got)
 	}
 }

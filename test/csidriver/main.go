@@ -142,6 +142,8 @@ type Call struct {
 	Staging       string            `json:"staging,omitempty"`
 	ReadOnly      bool              `json:"readOnly,omitempty"`
 	VolumeContext map[string]string `json:"volumeContext,omitempty"`
+	// PublishContext is the VolumeAttachment's attachmentMetadata.
+	PublishContext map[string]string `json:"publishContext,omitempty"`
 }
 
 func (d *driver) record(c Call) {
@@ -241,7 +243,7 @@ func (d *driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 func (d *driver) NodeStageVolume(_ context.Context, r *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.record(Call{Method: "NodeStageVolume", VolumeID: r.VolumeId, Staging: r.StagingTargetPath, VolumeContext: r.VolumeContext})
+	d.record(Call{Method: "NodeStageVolume", VolumeID: r.VolumeId, Staging: r.StagingTargetPath, VolumeContext: r.VolumeContext, PublishContext: r.PublishContext})
 	if !d.stage {
 		return nil, status.Error(codes.FailedPrecondition, "this driver does not stage")
 	}
@@ -266,7 +268,7 @@ func (d *driver) NodePublishVolume(_ context.Context, r *csi.NodePublishVolumeRe
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.record(Call{Method: "NodePublishVolume", VolumeID: r.VolumeId, Target: r.TargetPath, Staging: r.StagingTargetPath,
-		ReadOnly: r.Readonly, VolumeContext: r.VolumeContext})
+		ReadOnly: r.Readonly, VolumeContext: r.VolumeContext, PublishContext: r.PublishContext})
 	if r.TargetPath == "" || r.VolumeCapability == nil {
 		return nil, status.Error(codes.InvalidArgument, "target path and volume capability are required")
 	}

@@ -43,18 +43,7 @@ func TestCSIVolumes(t *testing.T) {
 	d := startTestCSIDriver(t, p, driverName)
 
 	// Registered: the CSINode and the Node's annotation name the driver.
-	Eventually(t, 2*time.Minute, "CSINode "+p.NodeName+" to list driver "+driverName, func() (bool, error) {
-		c, err := p.Admin.StorageV1().CSINodes().Get(ctx, p.NodeName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		return slices.ContainsFunc(c.Spec.Drivers, func(x storagev1.CSINodeDriver) bool {
-			return x.Name == driverName && x.NodeID == p.NodeName
-		}), nil
-	})
+	waitCSINodeDriver(t, p, driverName)
 	node, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -173,6 +162,23 @@ func TestCSIVolumes(t *testing.T) {
 	}
 }
 
+// waitCSINodeDriver waits for the node's CSINode to list the driver.
+func waitCSINodeDriver(t *testing.T, p *Podvisor, driverName string) {
+	t.Helper()
+	Eventually(t, 2*time.Minute, "CSINode "+p.NodeName+" to list driver "+driverName, func() (bool, error) {
+		c, err := p.Admin.StorageV1().CSINodes().Get(context.Background(), p.NodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return slices.ContainsFunc(c.Spec.Drivers, func(x storagev1.CSINodeDriver) bool {
+			return x.Name == driverName && x.NodeID == p.NodeName
+		}), nil
+	})
+}
+
 // staticClaim makes a PV of a CSI driver's volume and a claim bound to it.
 func staticClaim(t *testing.T, p *Podvisor, ns, claim, pvName, driver, handle string) {
 	t.Helper()
@@ -206,12 +212,13 @@ type testCSIDriver struct {
 
 // csiCall is a line of the driver's calls file (test/csidriver's Call).
 type csiCall struct {
-	Method        string            `json:"method"`
-	VolumeID      string            `json:"volumeID"`
-	Target        string            `json:"target"`
-	Staging       string            `json:"staging"`
-	ReadOnly      bool              `json:"readOnly"`
-	VolumeContext map[string]string `json:"volumeContext"`
+	Method         string            `json:"method"`
+	VolumeID       string            `json:"volumeID"`
+	Target         string            `json:"target"`
+	Staging        string            `json:"staging"`
+	ReadOnly       bool              `json:"readOnly"`
+	VolumeContext  map[string]string `json:"volumeContext"`
+	PublishContext map[string]string `json:"publishContext"`
 }
 
 // startTestCSIDriver builds and runs test/csidriver for p's node until the
@@ -284,4 +291,115 @@ func (d *testCSIDriver) waitCall(t *testing.T, method, volume string) csiCall {
 		return false, nil
 	})
 	return got
+}
+
+// A CSI volume whose driver needs attaching (no CSIDriver object says
+// otherwise): the embedded attach/detach controller makes its
+// VolumeAttachment, as the node is controller-managed; nothing here runs
+// an external attacher, so the test marks it attached itself, as one
+// would. Until then the pod waits with FailedMount; then the volume is
+// staged with the attachment's metadata, the Node reports it in use and
+// the controller reports it attached; once the pod is gone the controller
+// detaches it (deletes the VolumeAttachment).
+func TestCSIVolumeAttach(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	ns := p.Namespace("csi-attach")
+	ctx := context.Background()
+	const driverName = "attach.csi.podvisor.test"
+	d := startTestCSIDriver(t, p, driverName)
+	waitCSINodeDriver(t, p, driverName)
+	volDir := filepath.Join(d.dataDir, "volumes", "vol-2")
+	if err := os.MkdirAll(volDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const pvName = "csi-e2e-attach-pv"
+	staticClaim(t, p, ns, "attached", pvName, driverName, "vol-2")
+	mountPath := t.TempDir()
+	pod := p.pod(ns, "user", v1.RestartPolicyAlways, sh("c", "echo user > "+mountPath+"/f; exec sleep 3600"))
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "attached"}}}}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: mountPath}}
+	p.create(t, pod)
+	t.Cleanup(func() {
+		_ = p.Admin.CoreV1().Pods(ns).Delete(context.Background(), "user", metav1.DeleteOptions{})
+		p.waitGone(t, ns, "user", 3*time.Minute)
+	})
+
+	var va *storagev1.VolumeAttachment
+	Eventually(t, 3*time.Minute, "the attach/detach controller's VolumeAttachment of "+pvName, func() (bool, error) {
+		list, err := p.Admin.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for i, a := range list.Items {
+			if a.Spec.Attacher == driverName && a.Spec.NodeName == p.NodeName && ptr.Deref(a.Spec.Source.PersistentVolumeName, "") == pvName {
+				va = &list.Items[i]
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	Eventually(t, 2*time.Minute, "FailedMount of pod user while its volume is not attached", func() (bool, error) {
+		evs, err := p.Admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedMount,involvedObject.name=user"})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "unattached volumes=[data]") && strings.Contains(e.Message, va.Name) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if hasCall(d.calls(t), "NodeStageVolume", "vol-2") {
+		t.Fatal("the volume was staged before it was attached")
+	}
+
+	// The external attacher's part: attached, with metadata for the node.
+	Eventually(t, time.Minute, "VolumeAttachment "+va.Name+" marked attached", func() (bool, error) {
+		cur, err := p.Admin.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cur.Status.Attached = true
+		cur.Status.AttachmentMetadata = map[string]string{"attached-by": "e2e"}
+		_, err = p.Admin.StorageV1().VolumeAttachments().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err == nil, nil
+	})
+	p.waitPod(t, ns, "user", 3*time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+	waitLines(t, filepath.Join(volDir, "f"), "user")
+	if stage := d.waitCall(t, "NodeStageVolume", "vol-2"); stage.PublishContext["attached-by"] != "e2e" {
+		t.Errorf("NodeStageVolume's publish context %v is not the attachment's metadata", stage.PublishContext)
+	}
+	unique := v1.UniqueVolumeName("kubernetes.io/csi/" + driverName + "^vol-2")
+	nodeHas := func(what string, has func(*v1.Node) bool, want bool) {
+		t.Helper()
+		Eventually(t, 3*time.Minute, fmt.Sprintf("Node %s %s %s: %v", p.NodeName, what, unique, want), func() (bool, error) {
+			n, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			return has(n) == want, nil
+		})
+	}
+	inUse := func(n *v1.Node) bool { return slices.Contains(n.Status.VolumesInUse, unique) }
+	attached := func(n *v1.Node) bool {
+		return slices.ContainsFunc(n.Status.VolumesAttached, func(a v1.AttachedVolume) bool { return a.Name == unique })
+	}
+	nodeHas("status.volumesInUse has", inUse, true)
+	nodeHas("status.volumesAttached (the controller's) has", attached, true)
+
+	// Gone: unmounted first, then no longer in use, then detached.
+	if err := p.Admin.CoreV1().Pods(ns).Delete(ctx, "user", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitGone(t, ns, "user", 3*time.Minute)
+	if !hasCall(d.calls(t), "NodeUnstageVolume", "vol-2") {
+		t.Error("the pod left the API before its volume was unstaged")
+	}
+	nodeHas("status.volumesInUse has", inUse, false)
+	Eventually(t, 3*time.Minute, "VolumeAttachment "+va.Name+" deleted by the attach/detach controller", func() (bool, error) {
+		_, err := p.Admin.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
 }

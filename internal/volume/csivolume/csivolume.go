@@ -18,6 +18,12 @@ import (
 	"github.com/podvisor/podvisor/internal/csi/noderequest"
 )
 
+// UniqueName is the volume's name in the Node's status.volumesInUse and
+// volumesAttached, as the CSI plugin names it: kubernetes.io/csi/<driver>^<handle>.
+func UniqueName(driver, handle string) v1.UniqueVolumeName {
+	return v1.UniqueVolumeName(noderequest.PluginDirName + "/" + driver + "^" + handle)
+}
+
 // AttachmentName is the name of the VolumeAttachment of a volume on a node,
 // as the attach/detach controller names it: csi-<sha256(handle driver node)>.
 func AttachmentName(handle, driver, node string) string {
