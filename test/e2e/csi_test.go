@@ -206,6 +206,7 @@ func staticClaim(t *testing.T, p *Podvisor, ns, claim, pvName, driver, handle st
 
 // testCSIDriver is a running test/csidriver.
 type testCSIDriver struct {
+	endpoint           string // its CSI socket
 	dataDir, callsFile string
 	failFile           string // while it exists, NodeUnpublishVolume fails
 }
@@ -232,9 +233,9 @@ func startTestCSIDriver(t *testing.T, p *Podvisor, name string) *testCSIDriver {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building test/csidriver: %v\n%s", err, out)
 	}
-	d := &testCSIDriver{dataDir: filepath.Join(dir, "data"), callsFile: filepath.Join(dir, "calls.jsonl"), failFile: filepath.Join(dir, "fail-unpublish")}
+	d := &testCSIDriver{endpoint: filepath.Join(dir, "csi.sock"), dataDir: filepath.Join(dir, "data"), callsFile: filepath.Join(dir, "calls.jsonl"), failFile: filepath.Join(dir, "fail-unpublish")}
 	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--name", name, "--endpoint", filepath.Join(dir, "csi.sock"),
+	cmd := exec.Command(bin, "--name", name, "--endpoint", d.endpoint,
 		"--registration-dir", filepath.Join(p.DataDir, "agent", "plugins_registry"),
 		"--data-dir", d.dataDir, "--node-id", p.NodeName, "--calls", d.callsFile, "--fail-unpublish-file", d.failFile)
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
