@@ -358,9 +358,8 @@ func (a *Agent) Start(ctx context.Context) error {
 		go a.logRotation.Run(ctx)
 	}
 	go a.watchContainerd(ctx)
-	// Drivers register before the workers start, where they can: a
-	// restarted agent's pods find their drivers again within a second.
-	go a.csi.run(ctx, a.cfg.Log.Warn)
+	// Drivers already there register before the workers start.
+	a.csi.start(ctx, a.cfg.Log.Warn)
 	go func() {
 		if err := a.setUpPodNetwork(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("pod network", "err", err)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -38,8 +39,21 @@ func (a *Agent) newCSI(agentDir string) *csi {
 	}
 }
 
-// run makes the node's CSINode (the kubelet makes it at start, drivers or
-// not: the scheduler reads it) and watches for drivers until ctx ends.
+// start registers the drivers whose sockets are already there (a restarted
+// agent's: their pods still run) before the workers start, so that the
+// volumes of pods deleted while the agent was down can be torn down by
+// their driver at once; then it makes the node's CSINode (the kubelet
+// makes it at start, drivers or not: the scheduler reads it) and watches
+// for drivers until ctx ends.
+func (c *csi) start(ctx context.Context, log func(msg string, args ...any)) {
+	if err := os.MkdirAll(c.watcher.Dir, 0o750); err != nil {
+		log("CSI plugin registration directory", "err", err)
+	} else {
+		c.watcher.Sync(ctx)
+	}
+	go c.run(ctx, log)
+}
+
 func (c *csi) run(ctx context.Context, log func(msg string, args ...any)) {
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		if _, err := c.csinode.Ensure(ctx); err == nil {

@@ -404,3 +404,67 @@ func TestCSIVolumeAttach(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 }
+
+// A restarted agent finds the CSI volumes an earlier one published (the
+// vol_data.json records) and its drivers again (the registration sockets):
+// the pod keeps running with its volume mounted, and deleting it
+// afterwards unpublishes and unstages the volume before it leaves the API.
+// (A short name: the data dir is under the test's temporary directory,
+// named after it, and a unix socket's path has at most 107 bytes.)
+func TestCSIRestart(t *testing.T) {
+	t.Parallel()
+	p := NewPodvisor(t)
+	p.Start()
+	ns := p.Namespace("csi-restart")
+	ctx := context.Background()
+	const driverName = "rs.csi.podvisor.test"
+	d := startTestCSIDriver(t, p, driverName)
+	waitCSINodeDriver(t, p, driverName)
+	if _, err := p.Admin.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
+		Spec: storagev1.CSIDriverSpec{AttachRequired: ptr.To(false)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	volDir := filepath.Join(d.dataDir, "volumes", "vol-3")
+	if err := os.MkdirAll(volDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	staticClaim(t, p, ns, "kept", "csi-e2e-restart-pv", driverName, "vol-3")
+	mountPath := t.TempDir()
+	pod := p.pod(ns, "keeper", v1.RestartPolicyAlways, sh("c", "echo before > "+mountPath+"/f; exec sleep 3600"))
+	pod.Spec.Volumes = []v1.Volume{{Name: "data", VolumeSource: v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: "kept"}}}}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "data", MountPath: mountPath}}
+	p.create(t, pod)
+	running := func(pod *v1.Pod) bool {
+		cs := containerStatus(pod, "c")
+		return pod.Status.Phase == v1.PodRunning && cs != nil && cs.State.Running != nil
+	}
+	before := p.waitPod(t, ns, "keeper", 3*time.Minute, "Running", running)
+	waitLines(t, filepath.Join(volDir, "f"), "before")
+	published := d.waitCall(t, "NodePublishVolume", "vol-3")
+
+	p.Stop()
+	if code := p.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	p.Start()
+	after := p.waitPod(t, ns, "keeper", 3*time.Minute, "Running after the restart", running)
+	if a, b := containerStatus(after, "c").ContainerID, containerStatus(before, "c").ContainerID; a != b {
+		t.Fatalf("the container was replaced across the restart: %s, was %s", a, b)
+	}
+	if !slices.Contains(mounts.Points(), published.Target) {
+		t.Fatalf("the published volume %s is not mounted after the restart", published.Target)
+	}
+
+	if err := p.Admin.CoreV1().Pods(ns).Delete(ctx, "keeper", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitGone(t, ns, "keeper", 3*time.Minute)
+	calls := d.calls(t)
+	if !hasCall(calls, "NodeUnpublishVolume", "vol-3") || !hasCall(calls, "NodeUnstageVolume", "vol-3") {
+		t.Errorf("the restarted agent did not tear the volume down before the pod left the API; driver calls: %+v", calls)
+	}
+	if slices.Contains(mounts.Points(), published.Target) || slices.Contains(mounts.Points(), published.Staging) {
+		t.Errorf("mounts of the deleted pod's volume left: %s, %s", published.Target, published.Staging)
+	}
+	waitLines(t, filepath.Join(volDir, "f"), "before")
+}
