@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/podvisor/podvisor/internal/csi/noderequest"
 	"github.com/podvisor/podvisor/internal/mounts"
 )
 
@@ -118,6 +119,13 @@ func checkHostPath(hp *v1.HostPathVolumeSource) error {
 func (vm *Manager) TearDown(podDir string) {
 	vm.unmountOnTearDown(podDir)
 	unmountUnder(podDir)
+	// A CSI volume whose driver did not unpublish it is mounted one level
+	// deeper (…/kubernetes.io~csi/<pv>/mount); detached by path too, so
+	// that removing the pod directory never reaches into the volume.
+	published, _ := filepath.Glob(noderequest.PublishPath(podDir, "*"))
+	for _, m := range published {
+		_ = unix.Unmount(m, unix.MNT_DETACH)
+	}
 	plugins, _ := os.ReadDir(filepath.Join(podDir, "volumes"))
 	for _, p := range plugins {
 		vols, _ := os.ReadDir(filepath.Join(podDir, "volumes", p.Name()))
