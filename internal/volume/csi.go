@@ -71,23 +71,38 @@ func mountFailed(step, pv string, err error) error {
 	return &claim.Message{Msg: fmt.Sprintf("%s failed for volume %q : %v", step, pv, err)}
 }
 
-// setupCSI publishes the CSI PV pv into the pod as volume v; once per pod
-// (SetUp runs before every container start).
+// setupCSI publishes the CSI PV pv into the pod as volume v.
 func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v1.PersistentVolume, readOnly bool, pvs *podVolumes) (string, error) {
 	vol, err := noderequest.FromPV(pv, readOnly)
 	if err != nil {
 		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
 	}
+	return vm.publishCSI(ctx, pod, v, vol, false, pvs)
+}
+
+// setupInlineCSI publishes the pod's inline (ephemeral) CSI volume v.
+func (vm *Manager) setupInlineCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs *podVolumes) (string, error) {
+	vol, err := noderequest.FromInline(string(pod.UID), pod.Namespace, &v)
+	if err != nil {
+		return "", mountFailed("MountVolume.SetUp", v.Name, err)
+	}
+	return vm.publishCSI(ctx, pod, v, vol, true, pvs)
+}
+
+// publishCSI stages (a PV, where the driver stages) and publishes vol into
+// the pod as volume v; once per pod (SetUp runs before every container
+// start). Messages name the PV, or the inline volume, as upstream's.
+func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol noderequest.Volume, ephemeral bool, pvs *podVolumes) (string, error) {
 	target := noderequest.PublishPath(pvs.dir, vol.SpecName)
 	if pvs.published[v.Name] {
 		return target, nil
 	}
 	if vm.cfg.CSI == nil {
-		return "", mountFailed("MountVolume.MountDevice", pv.Name, csivolume.DriverNotRegistered(vol.Driver))
+		return "", mountFailed("MountVolume.MountDevice", vol.SpecName, csivolume.DriverNotRegistered(vol.Driver))
 	}
 	_, client, ok := vm.cfg.CSI.Get(vol.Driver)
 	if !ok {
-		return "", mountFailed("MountVolume.MountDevice", pv.Name, csivolume.DriverNotRegistered(vol.Driver))
+		return "", mountFailed("MountVolume.MountDevice", vol.SpecName, csivolume.DriverNotRegistered(vol.Driver))
 	}
 	ctx, cancel := context.WithTimeout(ctx, csiTimeout)
 	defer cancel()
@@ -97,11 +112,16 @@ func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v
 		driver, err = nil, nil
 	}
 	if err != nil {
-		return "", mountFailed("MountVolume.SetUp", pv.Name, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
 	}
 	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName}
+	if ephemeral {
+		if err := csivolume.EphemeralAllowed(driver, vol.Driver); err != nil {
+			return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
+		}
+	}
 	var publishContext map[string]string
-	if csivolume.AttachRequired(driver) {
+	if !ephemeral && csivolume.AttachRequired(driver) {
 		rec.AttachmentID = csivolume.AttachmentName(vol.Handle, vol.Driver, vm.cfg.NodeName)
 		va, err := api.StorageV1().VolumeAttachments().Get(ctx, rec.AttachmentID, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -116,7 +136,10 @@ func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v
 	}
 	caps, err := client.Capabilities(ctx)
 	if err != nil {
-		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
+	}
+	if ephemeral {
+		caps.StageUnstage = false // inline volumes are published only
 	}
 	rec.Staged = caps.StageUnstage
 	var fsGroup *int64
@@ -126,11 +149,11 @@ func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v
 	toDriver, byNode := csivolume.FSGroup(driver, vol, caps, fsGroup)
 	stageSecrets, err := vm.csiSecrets(ctx, vol.StageSecretRef)
 	if err != nil {
-		return "", mountFailed("MountVolume.MountDevice", pv.Name, err)
+		return "", mountFailed("MountVolume.MountDevice", vol.SpecName, err)
 	}
 	publishSecrets, err := vm.csiSecrets(ctx, vol.PublishSecretRef)
 	if err != nil {
-		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 	}
 
 	unlock := vm.csiLocks.lock(vol.Driver, vol.Handle)
@@ -138,30 +161,31 @@ func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v
 	// The record first: a call that fails uncertain (a timeout) may have
 	// mounted, and Unmount must find it.
 	if err := writeRecord(pvs.dir, rec); err != nil {
-		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 	}
 	root := vm.cfg.CSIRoot
 	if err := client.Stage(ctx, noderequest.StageRequest(root, vol, caps, publishContext, stageSecrets, toDriver)); err != nil {
-		return "", mountFailed("MountVolume.MountDevice", pv.Name, err)
+		return "", mountFailed("MountVolume.MountDevice", vol.SpecName, err)
 	}
 	req := noderequest.PublishRequest(root, vol, noderequest.Pod{
 		Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), ServiceAccountName: pod.Spec.ServiceAccountName, Dir: pvs.dir,
 	}, caps, noderequest.PublishOptions{
 		PublishContext: publishContext, Secrets: publishSecrets, FSGroup: toDriver, PodInfoOnMount: csivolume.PodInfoOnMount(driver),
+		Ephemeral: ephemeral,
 	})
 	if err := client.Publish(ctx, req); err != nil {
-		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 	}
 	if byNode {
 		if err := applyFSGroup(target, pod, false); err != nil {
-			return "", mountFailed("MountVolume.SetUp", pv.Name, err)
+			return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 		}
 	}
 	if pvs.published == nil {
 		pvs.published = map[string]bool{}
 	}
 	pvs.published[v.Name] = true
-	vm.cfg.Log.Info("CSI volume published", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "pv", pv.Name, "driver", vol.Driver, "staged", caps.StageUnstage)
+	vm.cfg.Log.Info("CSI volume published", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "spec", vol.SpecName, "driver", vol.Driver, "staged", caps.StageUnstage, "ephemeral", ephemeral)
 	return target, nil
 }
 

@@ -232,3 +232,50 @@ func TestCSIVolumeIsUnstagedWhenItsLastPodGoes(t *testing.T) {
 		t.Fatalf("InUse = %v after every pod unmounted", got)
 	}
 }
+
+// An inline CSI volume is published (never staged, even by a driver that
+// stages) with the pod's info marked ephemeral, and only unpublished.
+func TestInlineCSIVolumeIsPublishedOnly(t *testing.T) {
+	pod := testPod("p")
+	pod.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
+		Driver: testDriver, VolumeAttributes: map[string]string{"size": "1"}}}}}
+	driverObj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}, Spec: storagev1.CSIDriverSpec{
+		PodInfoOnMount: ptr.To(true), VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecycleEphemeral}}}
+	f := newCSIFixture(t, true, []*v1.Pod{pod}, driverObj)
+	ctx := context.Background()
+	handle := noderequest.InlineHandle(string(pod.UID), "scratch")
+	gomock.InOrder(
+		f.node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(stageCaps(), nil),
+		f.node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+			func(_ context.Context, r *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+				if r.VolumeId != handle || r.StagingTargetPath != "" || r.VolumeContext["csi.storage.k8s.io/ephemeral"] != "true" || r.VolumeContext["size"] != "1" {
+					t.Errorf("NodePublishVolume %v", r)
+				}
+				return &csi.NodePublishVolumeResponse{}, os.Mkdir(r.TargetPath, 0o750)
+			}),
+		f.node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).Return(&csi.NodeUnpublishVolumeResponse{}, nil),
+	)
+	paths, err := f.vm.SetUp(ctx, pod, f.podDir(pod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := noderequest.PublishPath(f.podDir(pod), "scratch"); paths["scratch"] != want {
+		t.Fatalf("volume at %q, want %q", paths["scratch"], want)
+	}
+	if err := f.vm.Unmount(ctx, f.podDir(pod)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInlineCSIVolumeOfADriverWithoutEphemeralModeWaits(t *testing.T) {
+	pod := testPod("p")
+	pod.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: testDriver}}}}
+	f := newCSIFixture(t, true, []*v1.Pod{pod})
+	if _, err := f.vm.SetUp(context.Background(), pod, f.podDir(pod)); err == nil {
+		t.Fatal("SetUp succeeded")
+	}
+	want := `Warning FailedMount MountVolume.SetUp failed for volume "scratch" : volume mode "Ephemeral" not supported by driver d.csi.test (no CSIDriver object)`
+	if got := f.event(t); got != want {
+		t.Fatalf("event %q\nwant  %q", got, want)
+	}
+}

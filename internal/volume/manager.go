@@ -1,6 +1,7 @@
 // Package volume is the node's volume manager: it sets up a pod's volumes
 // (emptyDir, hostPath, configMap, secret, downwardAPI, projected,
-// persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs, image),
+// persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs,
+// inline csi, image),
 // keeps the API-data ones current, lists the mounts of one container, and
 // tears them down when the pod goes. The pod workers call it through a
 // narrow interface; what it needs of the rest of the agent (the objects a
@@ -319,9 +320,12 @@ func (vm *Manager) setupVolume(ctx context.Context, podDir string, pod *v1.Pod, 
 	if _, _, ok := claim.Name(pod, &v); ok {
 		return vm.setupClaim(ctx, pod, v, pv)
 	}
+	if v.CSI != nil {
+		return vm.setupInlineCSI(ctx, pod, v, pv)
+	}
 	plugin := pluginDir(v)
 	if plugin == "" {
-		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs)", v.Name)
+		return "", fmt.Errorf("volume %q: this kind of volume is not supported by the process runtime (supported: emptyDir, configMap, secret, downwardAPI, projected, hostPath, persistentVolumeClaim and ephemeral with hostPath, local or CSI PVs, csi)", v.Name)
 	}
 	dir := filepath.Join(podDir, "volumes", plugin, v.Name)
 	if v.EmptyDir != nil {

@@ -87,7 +87,8 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths Paths, imageIDs map[str
 			host = p
 		}
 		_, claimRO, _ := claim.Name(pod, &v)
-		ro := vmount.ReadOnly || claimRO || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
+		inlineRO := v.CSI != nil && v.CSI.ReadOnly != nil && *v.CSI.ReadOnly
+		ro := vmount.ReadOnly || claimRO || inlineRO || v.ConfigMap != nil || v.Secret != nil || v.DownwardAPI != nil || v.Projected != nil
 		if !f.Images {
 			// Host processes share the host's filesystem: the mount point is
 			// the host's. A container with an image has a root of its own,

@@ -131,7 +131,8 @@ type driver struct {
 	failUnpublish                string
 	stage                        bool
 
-	mu sync.Mutex // one operation at a time: mounts and the calls file
+	mu        sync.Mutex      // one operation at a time: mounts and the calls file
+	ephemeral map[string]bool // inline volumes published, removed when unpublished
 }
 
 // Call is one line of the calls file.
@@ -272,6 +273,22 @@ func (d *driver) NodePublishVolume(_ context.Context, r *csi.NodePublishVolumeRe
 	if r.TargetPath == "" || r.VolumeCapability == nil {
 		return nil, status.Error(codes.InvalidArgument, "target path and volume capability are required")
 	}
+	if r.VolumeContext["csi.storage.k8s.io/ephemeral"] == "true" {
+		// An inline volume lives as long as its publication, as
+		// csi-driver-host-path's ephemeral volumes.
+		if !validID.MatchString(r.VolumeId) {
+			return nil, status.Errorf(codes.InvalidArgument, "volume ID %q is not a valid directory name", r.VolumeId)
+		}
+		dir := filepath.Join(d.dataDir, "volumes", r.VolumeId)
+		if err := os.MkdirAll(dir, 0o777); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if d.ephemeral == nil {
+			d.ephemeral = map[string]bool{}
+		}
+		d.ephemeral[r.VolumeId] = true
+		return &csi.NodePublishVolumeResponse{}, bind(dir, r.TargetPath, r.Readonly)
+	}
 	src, err := d.volumeDir(r.VolumeId)
 	if err != nil {
 		return nil, err
@@ -294,7 +311,16 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, r *csi.NodeUnpublishVolu
 			return nil, status.Errorf(codes.Internal, "failing as told by %s", d.failUnpublish)
 		}
 	}
-	return &csi.NodeUnpublishVolumeResponse{}, unbind(r.TargetPath)
+	if err := unbind(r.TargetPath); err != nil {
+		return nil, err
+	}
+	if d.ephemeral[r.VolumeId] && validID.MatchString(r.VolumeId) {
+		delete(d.ephemeral, r.VolumeId)
+		if err := os.RemoveAll(filepath.Join(d.dataDir, "volumes", r.VolumeId)); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
 }
 
 // Controller: volumes are directories.

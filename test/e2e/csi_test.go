@@ -54,7 +54,8 @@ func TestCSIVolumes(t *testing.T) {
 	}
 
 	csiDriver := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName}, Spec: storagev1.CSIDriverSpec{
-		AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(true)}}
+		AttachRequired: ptr.To(false), PodInfoOnMount: ptr.To(true),
+		VolumeLifecycleModes: []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral}}}
 	if _, err := p.Admin.StorageV1().CSIDrivers().Create(ctx, csiDriver, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -85,10 +86,10 @@ func TestCSIVolumes(t *testing.T) {
 	// Deleted before the driver stops (cleanups run last first): a pod
 	// whose volume cannot be unpublished stays Terminating.
 	t.Cleanup(func() {
-		for _, name := range []string{"writer", "reader", "missing"} {
+		for _, name := range []string{"writer", "reader", "inline", "missing"} {
 			_ = p.Admin.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{})
 		}
-		for _, name := range []string{"writer", "reader", "missing"} {
+		for _, name := range []string{"writer", "reader", "inline", "missing"} {
 			p.waitGone(t, ns, name, 3*time.Minute)
 		}
 	})
@@ -143,6 +144,42 @@ func TestCSIVolumes(t *testing.T) {
 	p.create(t, withClaim("reader", "csi-data", `cat `+mountPath+`/f > `+mountPath+`/seen; exec sleep 3600`))
 	p.waitPod(t, ns, "reader", 3*time.Minute, "Running", running)
 	waitLines(t, filepath.Join(volDir, "seen"), "writer")
+
+	// An inline (ephemeral) volume of the driver: published into its pod
+	// only, and gone with it.
+	inline := p.pod(ns, "inline", v1.RestartPolicyAlways, sh("c", "echo inline > "+mountPath+"/f; exec sleep 3600"))
+	inline.Spec.Volumes = []v1.Volume{{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: driverName}}}}
+	inline.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "scratch", MountPath: mountPath}}
+	// The process runtime's containers share the host's paths: not where
+	// the reader has its volume.
+	if p.Runtime != "containerd" {
+		mountPath2 := t.TempDir()
+		inline.Spec.Containers[0].Command = []string{"sh", "-c", "echo inline > " + mountPath2 + "/f; exec sleep 3600"}
+		inline.Spec.Containers[0].VolumeMounts[0].MountPath = mountPath2
+	}
+	p.create(t, inline)
+	p.waitPod(t, ns, "inline", 3*time.Minute, "Running", running)
+	var eph csiCall
+	Eventually(t, 2*time.Minute, "NodePublishVolume of pod inline's ephemeral volume", func() (bool, error) {
+		for _, c := range d.calls(t) {
+			if c.Method == "NodePublishVolume" && c.VolumeContext["csi.storage.k8s.io/pod.name"] == "inline" && c.VolumeContext["csi.storage.k8s.io/ephemeral"] == "true" {
+				eph = c
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if eph.Staging != "" {
+		t.Errorf("an inline volume was given a staging path %q", eph.Staging)
+	}
+	waitLines(t, filepath.Join(d.dataDir, "volumes", eph.VolumeID, "f"), "inline")
+	if err := p.Admin.CoreV1().Pods(ns).Delete(ctx, "inline", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitGone(t, ns, "inline", 3*time.Minute)
+	if calls := d.calls(t); !hasCall(calls, "NodeUnpublishVolume", eph.VolumeID) || hasCall(calls, "NodeStageVolume", eph.VolumeID) {
+		t.Errorf("inline volume %s: want unpublished and never staged; driver calls: %+v", eph.VolumeID, calls)
+	}
 
 	// The unregistered driver's pod waited all along with upstream's words.
 	Eventually(t, 2*time.Minute, "FailedMount event of pod missing", func() (bool, error) {

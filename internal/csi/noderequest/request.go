@@ -1,6 +1,7 @@
 package noderequest
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -74,6 +75,41 @@ func FromPV(pv *v1.PersistentVolume, podReadOnly bool) (Volume, error) {
 		StageSecretRef:   src.NodeStageSecretRef,
 		PublishSecretRef: src.NodePublishSecretRef,
 	}, nil
+}
+
+// InlineHandle is the volume ID of a pod's inline CSI volume, as the
+// kubelet makes it: csi-<sha256(pod UID, volume name)>, the same for every
+// call on the pod's volume and unique on the node.
+func InlineHandle(podUID, volumeName string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(podUID+volumeName)))
+}
+
+// FromInline reads a pod's inline (ephemeral) CSI volume: published into
+// the pod under the volume's name, never staged, read-write once unless it
+// says readOnly; its publish secret is in the pod's namespace.
+func FromInline(podUID, namespace string, v *v1.Volume) (Volume, error) {
+	if v == nil || v.CSI == nil {
+		return Volume{}, errors.New("volume is not an inline CSI volume")
+	}
+	src := v.CSI
+	if src.Driver == "" {
+		return Volume{}, fmt.Errorf("volume %s: csi.driver is empty", v.Name)
+	}
+	out := Volume{
+		SpecName:      v.Name,
+		Driver:        src.Driver,
+		Handle:        InlineHandle(podUID, v.Name),
+		ReadOnly:      src.ReadOnly != nil && *src.ReadOnly,
+		AccessMode:    v1.ReadWriteOnce,
+		VolumeContext: src.VolumeAttributes,
+	}
+	if src.FSType != nil {
+		out.FSType = *src.FSType
+	}
+	if src.NodePublishSecretRef != nil {
+		out.PublishSecretRef = &v1.SecretReference{Name: src.NodePublishSecretRef.Name, Namespace: namespace}
+	}
+	return out, nil
 }
 
 // AccessMode maps a Kubernetes access mode to CSI's. Drivers with the
@@ -160,6 +196,9 @@ type PublishOptions struct {
 	// serviceAccountTokenInSecrets (then they go with the secrets).
 	TokenAttrs      map[string]string
 	TokensInSecrets bool
+	// Ephemeral: an inline volume of the pod (FromInline), as the pod
+	// info's csi.storage.k8s.io/ephemeral says.
+	Ephemeral bool
 }
 
 // PodInfo is the volume context the kubelet adds for drivers with
@@ -180,7 +219,7 @@ func PublishRequest(root string, v Volume, p Pod, caps Capabilities, o PublishOp
 	volCtx := maps.Clone(v.VolumeContext)
 	secrets := maps.Clone(o.Secrets)
 	if o.PodInfoOnMount {
-		volCtx = merge(volCtx, PodInfo(p, false))
+		volCtx = merge(volCtx, PodInfo(p, o.Ephemeral))
 	}
 	if o.TokensInSecrets {
 		secrets = merge(secrets, o.TokenAttrs)

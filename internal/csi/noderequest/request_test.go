@@ -230,3 +230,29 @@ func TestCapabilitiesFrom(t *testing.T) {
 		t.Fatalf("CapabilitiesFrom(nil) = %+v", got)
 	}
 }
+
+func TestFromInline(t *testing.T) {
+	ro := true
+	v := &v1.Volume{Name: "scratch", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{
+		Driver: "d.example.com", ReadOnly: &ro, VolumeAttributes: map[string]string{"size": "1"},
+		NodePublishSecretRef: &v1.LocalObjectReference{Name: "s"}}}}
+	got, err := FromInline("uid1", "ns", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Handle != InlineHandle("uid1", "scratch") || got.Handle == InlineHandle("uid2", "scratch") || len(got.Handle) != len("csi-")+64 {
+		t.Fatalf("handle %q is not per pod and volume", got.Handle)
+	}
+	if !got.ReadOnly || got.SpecName != "scratch" || got.AccessMode != v1.ReadWriteOnce ||
+		got.PublishSecretRef == nil || got.PublishSecretRef.Namespace != "ns" || got.VolumeContext["size"] != "1" {
+		t.Fatalf("FromInline = %+v", got)
+	}
+	req := PublishRequest(root, got, Pod{Name: "p", Namespace: "ns", UID: "uid1", Dir: "/pods/x"}, Capabilities{StageUnstage: true},
+		PublishOptions{PodInfoOnMount: true, Ephemeral: true})
+	if req.VolumeContext["csi.storage.k8s.io/ephemeral"] != "true" || req.TargetPath != "/pods/x/volumes/kubernetes.io~csi/scratch/mount" {
+		t.Fatalf("publish request %v", req)
+	}
+	if _, err := FromInline("uid1", "ns", &v1.Volume{Name: "x", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{}}}); err == nil {
+		t.Fatal("an inline volume without a driver was accepted")
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -40,6 +41,22 @@ func AttachRequired(d *storagev1.CSIDriver) bool {
 // service account in NodePublishVolume's volume context.
 func PodInfoOnMount(d *storagev1.CSIDriver) bool {
 	return d != nil && d.Spec.PodInfoOnMount != nil && *d.Spec.PodInfoOnMount
+}
+
+// EphemeralAllowed: an inline CSI volume needs a CSIDriver object listing
+// the Ephemeral lifecycle mode, as upstream checks.
+func EphemeralAllowed(d *storagev1.CSIDriver, driver string) error {
+	if d == nil {
+		return fmt.Errorf("volume mode %q not supported by driver %s (no CSIDriver object)", storagev1.VolumeLifecycleEphemeral, driver)
+	}
+	modes := d.Spec.VolumeLifecycleModes
+	if len(modes) == 0 {
+		modes = []storagev1.VolumeLifecycleMode{storagev1.VolumeLifecyclePersistent}
+	}
+	if !slices.Contains(modes, storagev1.VolumeLifecycleEphemeral) {
+		return fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", storagev1.VolumeLifecycleEphemeral, driver, modes)
+	}
+	return nil
 }
 
 // fsGroupPolicy is the driver's policy; ReadWriteOnceWithFSType when unset.

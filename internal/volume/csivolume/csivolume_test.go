@@ -131,3 +131,24 @@ func TestRecordRoundTripAndUnstage(t *testing.T) {
 		t.Error("a volume that was never staged is unstaged")
 	}
 }
+
+func TestEphemeralAllowed(t *testing.T) {
+	modes := func(m ...storagev1.VolumeLifecycleMode) *storagev1.CSIDriver {
+		return &storagev1.CSIDriver{Spec: storagev1.CSIDriverSpec{VolumeLifecycleModes: m}}
+	}
+	for _, tc := range []struct {
+		name string
+		d    *storagev1.CSIDriver
+		want string // "" for allowed
+	}{
+		{"no CSIDriver object", nil, `volume mode "Ephemeral" not supported by driver d (no CSIDriver object)`},
+		{"no modes: Persistent only", modes(), `volume mode "Ephemeral" not supported by driver d (only supports ["Persistent"])`},
+		{"Persistent only", modes(storagev1.VolumeLifecyclePersistent), `only supports ["Persistent"]`},
+		{"Ephemeral listed", modes(storagev1.VolumeLifecyclePersistent, storagev1.VolumeLifecycleEphemeral), ""},
+	} {
+		err := EphemeralAllowed(tc.d, "d")
+		if (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
