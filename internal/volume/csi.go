@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -156,6 +158,11 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 	}
 
+	tokenAttrs, err := vm.csiTokens(ctx, pod, driver)
+	if err != nil {
+		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
+	}
+
 	unlock := vm.csiLocks.lock(vol.Driver, vol.Handle)
 	defer unlock()
 	// The record first: a call that fails uncertain (a timeout) may have
@@ -171,7 +178,7 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 		Name: pod.Name, Namespace: pod.Namespace, UID: string(pod.UID), ServiceAccountName: pod.Spec.ServiceAccountName, Dir: pvs.dir,
 	}, caps, noderequest.PublishOptions{
 		PublishContext: publishContext, Secrets: publishSecrets, FSGroup: toDriver, PodInfoOnMount: csivolume.PodInfoOnMount(driver),
-		Ephemeral: ephemeral,
+		Ephemeral: ephemeral, TokenAttrs: tokenAttrs, TokensInSecrets: csivolume.TokensInSecrets(driver),
 	})
 	if err := client.Publish(ctx, req); err != nil {
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
@@ -187,6 +194,23 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 	pvs.published[v.Name] = true
 	vm.cfg.Log.Info("CSI volume published", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "spec", vol.SpecName, "driver", vol.Driver, "staged", caps.StageUnstage, "ephemeral", ephemeral)
 	return target, nil
+}
+
+// csiTokens are the pod's service account tokens for the audiences the
+// driver's tokenRequests name.
+func (vm *Manager) csiTokens(ctx context.Context, pod *v1.Pod, driver *storagev1.CSIDriver) (map[string]string, error) {
+	if driver == nil || len(driver.Spec.TokenRequests) == 0 {
+		return nil, nil
+	}
+	tokens := map[string]authenticationv1.TokenRequestStatus{}
+	for _, tr := range driver.Spec.TokenRequests {
+		tok, err := vm.podToken(ctx, pod, tr.Audience, tr.ExpirationSeconds)
+		if err != nil {
+			return nil, err
+		}
+		tokens[tr.Audience] = authenticationv1.TokenRequestStatus{Token: tok.token, ExpirationTimestamp: metav1.NewTime(tok.expiresAt)}
+	}
+	return csivolume.TokenAttrs(tokens)
 }
 
 // csiSecrets reads the secret a PV names for a driver call; nil ref: none.

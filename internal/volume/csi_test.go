@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,12 +12,14 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/golang/mock/gomock"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -277,5 +280,34 @@ func TestInlineCSIVolumeOfADriverWithoutEphemeralModeWaits(t *testing.T) {
 	want := `Warning FailedMount MountVolume.SetUp failed for volume "scratch" : volume mode "Ephemeral" not supported by driver d.csi.test (no CSIDriver object)`
 	if got := f.event(t); got != want {
 		t.Fatalf("event %q\nwant  %q", got, want)
+	}
+}
+
+// A driver with tokenRequests gets the pod's tokens, by audience, in the
+// publish request's volume context.
+func TestCSIVolumeGetsThePodsTokens(t *testing.T) {
+	pod := claimPod("p")
+	driverObj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: ptr.To(false), TokenRequests: []storagev1.TokenRequest{{Audience: "vault"}}}}
+	f := newCSIFixture(t, true, []*v1.Pod{pod}, driverObj)
+	f.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		ca := a.(k8stesting.CreateAction)
+		tr := ca.GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		if ca.GetSubresource() != "token" || len(tr.Spec.Audiences) != 1 || tr.Spec.BoundObjectRef.UID != pod.UID {
+			return true, nil, fmt.Errorf("unexpected token request %v", tr)
+		}
+		tr.Status.Token = "tok-for-" + tr.Spec.Audiences[0]
+		return true, tr, nil
+	})
+	f.node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(&csi.NodeGetCapabilitiesResponse{}, nil)
+	f.node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(_ context.Context, r *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+			if got := r.VolumeContext[csivolume.TokensKey]; !strings.Contains(got, `"vault":{"token":"tok-for-vault"`) {
+				t.Errorf("volume context %s = %q", csivolume.TokensKey, got)
+			}
+			return &csi.NodePublishVolumeResponse{}, nil
+		})
+	if _, err := f.vm.SetUp(context.Background(), pod, f.podDir(pod)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -44,51 +44,12 @@ func (t cachedToken) stale(now time.Time) bool {
 	return now.After(t.issued.Add(life*8/10)) || now.After(t.issued.Add(24*time.Hour))
 }
 
-// tokenPayload is a service account token bound to the pod, requested with
-// the node's credentials (TokenRequest; the node authorizer allows it for
-// pods bound to this node).
+// tokenPayload is a service account token bound to the pod, as a projected
+// volume's file.
 func (vm *Manager) tokenPayload(ctx context.Context, pod *v1.Pod, tp *v1.ServiceAccountTokenProjection, defaultMode *int32) (map[string]atomicwriter.File, error) {
-	key := tokenKey{pod: pod.UID, audience: tp.Audience}
-	if tp.ExpirationSeconds != nil {
-		key.expiry = *tp.ExpirationSeconds
-	}
-	now := vm.cfg.Clock.Now()
-	vm.mu.Lock()
-	tok, ok := vm.tokens[key]
-	vm.mu.Unlock()
-	if !ok || tok.stale(now) {
-		if vm.cfg.Client == nil {
-			return nil, errors.New("failed to fetch token: no kubeClient defined")
-		}
-		var auds []string
-		if tp.Audience != "" {
-			auds = []string{tp.Audience}
-		}
-		sa := pod.Spec.ServiceAccountName
-		if sa == "" {
-			sa = "default"
-		}
-		req := &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{
-				Audiences:         auds,
-				ExpirationSeconds: tp.ExpirationSeconds,
-				BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
-			},
-		}
-		// The node authorizer and NodeRestriction may not know the pod
-		// yet: wait for them rather than fail the mount.
-		var tr *authenticationv1.TokenRequest
-		err := vm.cfg.CatchUp(ctx, pod.UID, "token for service account "+sa, tokenRefusedForLag, func() (err error) {
-			tr, err = vm.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("failed to fetch token: %w", err)
-		}
-		tok = cachedToken{token: tr.Status.Token, issued: now, expiresAt: tr.Status.ExpirationTimestamp.Time}
-		vm.mu.Lock()
-		vm.tokens[key] = tok
-		vm.mu.Unlock()
+	tok, err := vm.podToken(ctx, pod, tp.Audience, tp.ExpirationSeconds)
+	if err != nil {
+		return nil, err
 	}
 	f := atomicwriter.File{Data: []byte(tok.token), Mode: fileMode(nil, defaultMode), UID: -1}
 	if uid, ok := sharedNonRootUser(pod); ok {
@@ -96,6 +57,57 @@ func (vm *Manager) tokenPayload(ctx context.Context, pod *v1.Pod, tp *v1.Service
 		f.UID, f.GID, f.Mode = int(uid), 0, 0o600
 	}
 	return map[string]atomicwriter.File{tp.Path: f}, nil
+}
+
+// podToken is a service account token bound to the pod, for audience (""
+// the API server's), requested with the node's credentials (TokenRequest;
+// the node authorizer allows it for pods bound to this node) and cached
+// until stale.
+func (vm *Manager) podToken(ctx context.Context, pod *v1.Pod, audience string, expirationSeconds *int64) (cachedToken, error) {
+	key := tokenKey{pod: pod.UID, audience: audience}
+	if expirationSeconds != nil {
+		key.expiry = *expirationSeconds
+	}
+	now := vm.cfg.Clock.Now()
+	vm.mu.Lock()
+	tok, ok := vm.tokens[key]
+	vm.mu.Unlock()
+	if ok && !tok.stale(now) {
+		return tok, nil
+	}
+	if vm.cfg.Client == nil {
+		return cachedToken{}, errors.New("failed to fetch token: no kubeClient defined")
+	}
+	var auds []string
+	if audience != "" {
+		auds = []string{audience}
+	}
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	req := &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{
+			Audiences:         auds,
+			ExpirationSeconds: expirationSeconds,
+			BoundObjectRef:    &authenticationv1.BoundObjectReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID},
+		},
+	}
+	// The node authorizer and NodeRestriction may not know the pod
+	// yet: wait for them rather than fail the mount.
+	var tr *authenticationv1.TokenRequest
+	err := vm.cfg.CatchUp(ctx, pod.UID, "token for service account "+sa, tokenRefusedForLag, func() (err error) {
+		tr, err = vm.cfg.Client.CoreV1().ServiceAccounts(pod.Namespace).CreateToken(ctx, sa, req, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		return cachedToken{}, fmt.Errorf("failed to fetch token: %w", err)
+	}
+	tok = cachedToken{token: tr.Status.Token, issued: now, expiresAt: tr.Status.ExpirationTimestamp.Time}
+	vm.mu.Lock()
+	vm.tokens[key] = tok
+	vm.mu.Unlock()
+	return tok, nil
 }
 
 // sharedNonRootUser is the runAsUser of every container when they all have

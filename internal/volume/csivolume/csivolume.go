@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 
@@ -57,6 +58,29 @@ func EphemeralAllowed(d *storagev1.CSIDriver, driver string) error {
 		return fmt.Errorf("volume mode %q not supported by driver %s (only supports %q)", storagev1.VolumeLifecycleEphemeral, driver, modes)
 	}
 	return nil
+}
+
+// TokensKey is the volume context (or secrets) key under which a driver
+// with tokenRequests gets the pod's service account tokens.
+const TokensKey = "csi.storage.k8s.io/serviceAccount.tokens"
+
+// TokenAttrs are the pod's tokens for the driver, by audience, as the
+// kubelet encodes them: {"<audience>": {"token": …, "expirationTimestamp": …}}.
+func TokenAttrs(tokens map[string]authenticationv1.TokenRequestStatus) (map[string]string, error) {
+	if len(tokens) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", TokensKey, err)
+	}
+	return map[string]string{TokensKey: string(b)}, nil
+}
+
+// TokensInSecrets: the driver wants the tokens with the secrets, not in
+// the volume context.
+func TokensInSecrets(d *storagev1.CSIDriver) bool {
+	return d != nil && d.Spec.ServiceAccountTokenInSecrets != nil && *d.Spec.ServiceAccountTokenInSecrets
 }
 
 // fsGroupPolicy is the driver's policy; ReadWriteOnceWithFSType when unset.
