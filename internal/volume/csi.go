@@ -116,8 +116,10 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 	if err != nil {
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
 	}
-	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName}
+	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName,
+		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent}
 	if ephemeral {
+		rec.VolumeLifecycleMode = storagev1.VolumeLifecycleEphemeral
 		if err := csivolume.EphemeralAllowed(driver, vol.Driver); err != nil {
 			return "", mountFailed("MountVolume.SetUp", vol.SpecName, err)
 		}
@@ -319,10 +321,11 @@ func (vm *Manager) unmountCSI(ctx context.Context, podDir string, r csivolume.Re
 	return nil
 }
 
-// InUse lists the CSI volumes published (or being published) into the
-// pods under podsDir, for the Node's status.volumesInUse: the attach/detach
-// controller detaches none of them. Read from the records, so it holds
-// across agent restarts.
+// InUse lists the CSI persistent volumes published (or being published)
+// into the pods under podsDir, for the Node's status.volumesInUse: the
+// attach/detach controller detaches none of them. Read from the records,
+// so it holds across agent restarts. Inline volumes are never attached:
+// not listed, as upstream.
 func InUse(podsDir string) []v1.UniqueVolumeName {
 	entries, _ := os.ReadDir(podsDir)
 	seen := map[v1.UniqueVolumeName]bool{}
@@ -332,7 +335,9 @@ func InUse(podsDir string) []v1.UniqueVolumeName {
 		}
 		recs, _ := records(filepath.Join(podsDir, e.Name()))
 		for _, r := range recs {
-			seen[csivolume.UniqueName(r.DriverName, r.VolumeHandle)] = true
+			if r.VolumeLifecycleMode != storagev1.VolumeLifecycleEphemeral {
+				seen[csivolume.UniqueName(r.DriverName, r.VolumeHandle)] = true
+			}
 		}
 	}
 	out := make([]v1.UniqueVolumeName, 0, len(seen))

@@ -265,6 +265,9 @@ func TestInlineCSIVolumeIsPublishedOnly(t *testing.T) {
 	if want := noderequest.PublishPath(f.podDir(pod), "scratch"); paths["scratch"] != want {
 		t.Fatalf("volume at %q, want %q", paths["scratch"], want)
 	}
+	if got := InUse(f.podsDir); len(got) != 0 {
+		t.Fatalf("an inline volume is reported in use (it is never attached): %v", got)
+	}
 	if err := f.vm.Unmount(ctx, f.podDir(pod)); err != nil {
 		t.Fatal(err)
 	}

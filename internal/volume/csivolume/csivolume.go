@@ -155,6 +155,9 @@ type Record struct {
 	// Staged: the driver staged the volume (STAGE_UNSTAGE_VOLUME), so it
 	// is unstaged once no pod publishes it.
 	Staged bool `json:"staged,omitempty"`
+	// VolumeLifecycleMode is Persistent (a PV) or Ephemeral (an inline
+	// volume, which is neither attached nor staged).
+	VolumeLifecycleMode storagev1.VolumeLifecycleMode `json:"volumeLifecycleMode,omitempty"`
 }
 
 // Encode and Decode the record file.
