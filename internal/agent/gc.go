@@ -11,9 +11,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/podvisor/podvisor/internal/containergc"
-	"github.com/podvisor/podvisor/internal/imagegc"
-	"github.com/podvisor/podvisor/internal/images"
+	"github.com/podvisor/podvisor/internal/agent/containergc"
+	"github.com/podvisor/podvisor/internal/agent/imagegc"
+	"github.com/podvisor/podvisor/internal/agent/images"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
