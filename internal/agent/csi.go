@@ -8,9 +8,9 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/podvisor/podvisor/internal/csi/csinode"
-	"github.com/podvisor/podvisor/internal/csi/drivers"
-	"github.com/podvisor/podvisor/internal/csi/registration"
+	"github.com/podvisor/podvisor/internal/agent/csi/csinode"
+	"github.com/podvisor/podvisor/internal/agent/csi/drivers"
+	"github.com/podvisor/podvisor/internal/agent/csi/registration"
 )
 
 // CSI drivers register as with the kubelet: a driver's registrar
@@ -26,17 +26,18 @@ type csi struct {
 	csinode  csinode.Writer
 }
 
-func (a *Agent) newCSI(agentDir string) *csi {
+func (a *Agent) newCSI() error {
 	w := csinode.Writer{Client: a.client, NodeName: a.cfg.NodeName}
 	reg := &drivers.Registry{CSINode: w, CallTimeout: 30 * time.Second, Log: a.cfg.Log}
-	return &csi{
+	a.csi = &csi{
 		registry: reg,
 		csinode:  w,
 		watcher: &registration.Watcher{
-			Dir: filepath.Join(agentDir, registration.DirName), Handler: reg,
+			Dir: filepath.Join(a.agentDir, registration.DirName), Handler: reg,
 			Clock: clock.RealClock{}, Interval: time.Second, CallTimeout: 10 * time.Second, Log: a.cfg.Log,
 		},
 	}
+	return nil
 }
 
 // start registers the drivers whose sockets are already there (a restarted

@@ -32,7 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 	regapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
-	"github.com/podvisor/podvisor/internal/mounts"
+	"github.com/podvisor/podvisor/internal/host/mounts"
 )
 
 func main() {

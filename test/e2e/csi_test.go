@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/mounts"
+	"github.com/podvisor/podvisor/internal/host/mounts"
 )
 
 // CSI volumes from a driver of our own (test/csidriver, hostpath-like:
