@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/cio"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -124,5 +126,111 @@ func TestStartAfterARestartThatFoundTheTaskCreatedLeavesNoProcess(t *testing.T) 
 	}
 	if pids := containerProcesses(id); len(pids) > 0 {
 		t.Errorf("container removed, processes %v still in its cgroup", pids)
+	}
+}
+
+// A StartContainer its client gives up on while the shim creates the task
+// (the agent stopping, a timeout): containerd deletes the task at once, and
+// the shim's Create, which goes on, must not leave a task behind that
+// nobody knows, its `runc init` waiting for good. runc is slowed down here
+// (a wrapper that lingers after `runc create`) so that the client gives up
+// during the create, not by luck. (Before, containerd's clean-up cancelled
+// the create, killing the wrapper — or a `runc create` midway — and its
+// runc init waited for good.)
+func TestCancelledStartLeavesNoProcess(t *testing.T) {
+	needRoot(t)
+	realRunc, err := findRunc()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	arm, inCreate := filepath.Join(dir, "arm"), filepath.Join(dir, "in-create")
+	wrapper := filepath.Join(dir, "runc")
+	// runc makes the container, then the create lingers: the client
+	// gives up while the shim's Create is still under way.
+	script := fmt.Sprintf(`#!/bin/sh
+if [ -e %[1]s ]; then
+	for a in "$@"; do
+		if [ "$a" = create ]; then
+			rm -f %[1]s
+			%[3]s "$@"; rc=$?
+			touch %[2]s; sleep 2; exit $rc
+		fi
+	done
+fi
+exec %[3]s "$@"
+`, arm, inCreate, realRunc)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := startTest(t, func(o *Options) { o.Runc = wrapper })
+	importBusybox(t, n)
+	rs := criRuntime(t, n.p)
+	ctx := context.Background()
+	pod, podCfg := runPod(t, rs, "cancelled")
+	id, err := rs.CreateContainer(ctx, pod, &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+		Image:    &runtimeapi.ImageSpec{Image: busyboxRef},
+		Command:  []string{"sleep", "1000"},
+		LogPath:  "main/0.log",
+	}, podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, pid := range containerProcesses(id) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if err := os.WriteFile(arm, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- rs.StartContainer(sctx, id) }()
+	waitFile(t, inCreate)
+	cancel()
+	if err := <-started; err == nil {
+		t.Fatal("StartContainer succeeded although its client gave up during runc create")
+	}
+	st := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_EXITED)
+	t.Logf("the container after the cancelled start: %s, exit %d: %s", st.Reason, st.ExitCode, st.Message)
+	// The task is deleted once the create returns: a moment after runc's.
+	for deadline := time.Now().Add(time.Minute); len(containerProcesses(id)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			var cmds []string
+			for _, pid := range containerProcesses(id) {
+				cmds = append(cmds, strconv.Itoa(pid)+" "+commandOf(pid))
+			}
+			logLinesNaming(t, n.p.Paths().Log, id)
+			t.Fatalf("a minute after the cancelled start, processes run in the container's cgroup: %v", cmds)
+		}
+	}
+	if err := rs.RemoveContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFile waits for path to exist.
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never appeared", path)
+		}
+	}
+}
+
+// logLinesNaming logs the lines of containerd's log that name id.
+func logLinesNaming(t *testing.T, log, id string) {
+	b, _ := os.ReadFile(log)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, id) {
+			t.Log("containerd: " + l)
+		}
 	}
 }

@@ -49,7 +49,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return exitKeeper{createCleaner{s}}, nil
+			return exitKeeper{newCreateCleaner(s)}, nil
 		},
 	})
 }
