@@ -28,7 +28,6 @@ type leftCgroup struct {
 	left     int64
 	seenAt   time.Time // first read of the count once the pod was done
 	killedAt time.Time
-	kills    int
 }
 
 func (c *leftCgroup) Ensure(string, podcgroup.Limits) error { return nil }
@@ -54,7 +53,6 @@ func (c *leftCgroup) Processes(string) (int64, error) {
 func (c *leftCgroup) KillProcesses(string) ([]int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.kills++
 	if c.left == 0 {
 		return nil, nil
 	}
@@ -124,4 +122,37 @@ func runThenDelete(t *testing.T, m *Manager, rt *fakeRuntime, clk *clocktesting.
 	deleting.DeletionGracePeriodSeconds = ptr.To[int64](0)
 	m.UpdatePod(deleting)
 	return pod
+}
+
+// A finished pod that is not being deleted: nothing of it may run, and a
+// process left in its cgroup is killed too (the API deletes a finished pod
+// at once when asked: issue 25's k4-397, Succeeded, left the API with its
+// runc init still running).
+func TestLeftProcessOfAFinishedPodIsKilled(t *testing.T) {
+	rt := newFakeRuntime()
+	clk := clocktesting.NewFakeClock(time.Now())
+	cg := &leftCgroup{clk: clk, left: 1}
+	statuses := &statusLog{last: map[types.UID]v1.PodStatus{}}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Clock: clk,
+		Status: statuses, Recorder: record.NewFakeRecorder(100), Cgroups: cg})
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	m.UpdatePod(pod)
+	waitFor(t, "the container running", func() bool {
+		list, _ := rt.List(context.Background())
+		return len(list) == 1 && list[0].State == runtime.StateRunning
+	})
+	rt.exit(t, "c", 0)
+	waitStatus(t, statuses, pod.UID, "Succeeded", func(st v1.PodStatus) bool { return st.Phase == v1.PodSucceeded })
+	waitFor(t, "the left process killed", func() bool {
+		clk.Step(processesLeftPoll)
+		cg.mu.Lock()
+		defer cg.mu.Unlock()
+		return cg.left == 0
+	})
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if left := cg.killedAt.Sub(cg.seenAt); left < lifecycle.LeftProcessesGrace {
+		t.Errorf("killed %v after it was first seen, want at least %v", left, lifecycle.LeftProcessesGrace)
+	}
 }
