@@ -112,15 +112,15 @@ func (c *creates) deleteAsked(cr *create) bool {
 	return cr.deleteAsked
 }
 
-// Create creates the task; when that fails and left a runc container that
-// was not there before, the runc container is deleted (killed first).
+// Create creates the task; when that fails and left a runc container, the
+// runc container is deleted (killed first). A task this shim already has is
+// never touched. (containerd creates a task only where it has none: its
+// bundle directory is new. A runc container of that ID was leaked, or made
+// by this create.)
 func (c createCleaner) Create(ctx context.Context, r *taskAPI.CreateTaskRequest) (*taskAPI.CreateTaskResponse, error) {
 	rc := runcFor(ctx, r)
-	existed := false
-	if rc != nil {
-		_, err := rc.State(context.WithoutCancel(ctx), r.ID)
-		existed = err == nil // someone else's: never deleted here
-	}
+	_, serr := c.TTRPCTaskService.State(ctx, &taskAPI.StateRequest{ID: r.ID})
+	existed := serr == nil
 	cr := c.creating.begin(r.ID)
 	// Not cancelled with its caller: containerd's clean-up after a client
 	// gave up closes its connection to the shim, which cancels ctx, and
