@@ -196,15 +196,16 @@ exec %[3]s "$@"
 	}
 	st := waitContainer(t, rs, id, runtimeapi.ContainerState_CONTAINER_EXITED)
 	t.Logf("the container after the cancelled start: %s, exit %d: %s", st.Reason, st.ExitCode, st.Message)
-	// The task is deleted once the create returns: a moment after runc's.
-	for deadline := time.Now().Add(time.Minute); len(containerProcesses(id)) > 0; time.Sleep(50 * time.Millisecond) {
+	// The task is deleted once the create returns, which drains the IO
+	// containerd gave up on first (seconds; its bound is 30 s).
+	for deadline := time.Now().Add(2 * time.Minute); len(containerProcesses(id)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			var cmds []string
 			for _, pid := range containerProcesses(id) {
 				cmds = append(cmds, strconv.Itoa(pid)+" "+commandOf(pid))
 			}
 			logLinesNaming(t, n.p.Paths().Log, id)
-			t.Fatalf("a minute after the cancelled start, processes run in the container's cgroup: %v", cmds)
+			t.Fatalf("2 minutes after the cancelled start, processes run in the container's cgroup: %v", cmds)
 		}
 	}
 	if err := rs.RemoveContainer(ctx, id); err != nil {
