@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/freeport"
+	"github.com/podvisor/podvisor/internal/host/freeport"
 )
 
 // logsEnv names a directory to keep each node's logs in (podvisor's

@@ -157,15 +157,7 @@ func BenchmarkPodStart(b *testing.B) {
 	// Agent cost with the pods running.
 	time.Sleep(settleTime)
 	pid := n.pid()
-	cpu0, err := cpuTime(pid)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t0 := time.Now()
-	time.Sleep(cpuWindow)
-	cpu1, _ := cpuTime(pid)
-	window := time.Since(t0)
-	cpuPct := 100 * (cpu1 - cpu0).Seconds() / window.Seconds()
+	cpuPct, cpu1, window := cpuOver(b, pid, cpuWindow)
 	agent, _ := memOf(pid)
 	busy := n.stack()
 	shimSet := busy.shims

@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/podvisor/podvisor/internal/probe"
+	"github.com/podvisor/podvisor/internal/agent/probe"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -48,6 +49,21 @@ func cpuTime(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// cpuOver watches pid for about window: the CPU it used as a percentage of
+// one core, its CPU time at the end, and the window as measured.
+func cpuOver(b *testing.B, pid int, window time.Duration) (pct float64, total, measured time.Duration) {
+	b.Helper()
+	cpu0, err := cpuTime(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	total, _ = cpuTime(pid)
+	measured = time.Since(t0)
+	return 100 * (total - cpu0).Seconds() / measured.Seconds(), total, measured
 }
 
 // statusKB reads a "kB" line (VmRSS, VmHWM) of /proc/<pid>/status.

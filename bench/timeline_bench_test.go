@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/agent/timeline"
 )
 
 // nopStatuses is a status writer that writes nowhere.

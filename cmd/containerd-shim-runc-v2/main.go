@@ -2,6 +2,6 @@
 // containerd podvisor runs: podvisor looks for it next to its own binary.
 package main
 
-import "github.com/podvisor/podvisor/internal/containerd/shim"
+import "github.com/podvisor/podvisor/internal/runtime/containerd/shim"
 
 func main() { shim.Main() }

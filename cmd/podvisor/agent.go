@@ -4,14 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/podvisor/podvisor/internal/agent"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/agent"
+
+	"github.com/podvisor/podvisor/internal/cli/up"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 )
 
 // agentFlags defines agent's flags into o and hashes (--ca-cert-hash).

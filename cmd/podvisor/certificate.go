@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 )
 
 const certificateUsage = `Usage: podvisor certificate rotate [--data-dir DIR]

@@ -6,9 +6,9 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/flagfile"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cli/flagfile"
+	"github.com/podvisor/podvisor/internal/cli/up"
 )
 
 const configFileUsage = "config file: flags as YAML keys, under the command line's (default: $" + flagfile.EnvVar + ", else " + flagfile.DefaultPath + " if present)"

@@ -3,7 +3,7 @@ package main
 import (
 	"os"
 
-	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 // containerdCommand runs containerd itself; podvisor starts its containerd

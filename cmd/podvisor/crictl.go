@@ -6,7 +6,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/podvisor/podvisor/internal/crictl"
+	"github.com/podvisor/podvisor/internal/cli/crictl"
 )
 
 func runCrictl(args []string) error {

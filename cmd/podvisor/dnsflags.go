@@ -3,7 +3,7 @@ package main
 import (
 	"flag"
 
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/up"
 )
 
 // clusterDNSFlags are the cluster DNS flags of up and agent.

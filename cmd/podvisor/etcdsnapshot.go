@@ -11,9 +11,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/etcdsnapshot"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cli/up"
+	"github.com/podvisor/podvisor/internal/cluster/etcdsnapshot"
 )
 
 const etcdSnapshotUsage = `Usage: podvisor etcd-snapshot save [--name NAME] | ls | delete NAME... | prune [--name NAME] [--snapshot-retention N] [--data-dir DIR]

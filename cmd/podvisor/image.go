@@ -11,8 +11,8 @@ import (
 
 	"github.com/docker/go-units"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 const imageUsage = `Usage:

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/podvisor/podvisor/internal/flagfile"
-	"github.com/podvisor/podvisor/internal/reset"
-	"github.com/podvisor/podvisor/internal/service"
+	"github.com/podvisor/podvisor/internal/cli/flagfile"
+	"github.com/podvisor/podvisor/internal/cli/reset"
+	"github.com/podvisor/podvisor/internal/cli/service"
 )
 
 const installUsage = `Usage: podvisor install [--print] [--no-start] [--unit-dir DIR] up|server|agent [FLAGS...]

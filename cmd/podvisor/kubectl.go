@@ -8,9 +8,9 @@ import (
 	"k8s.io/component-base/cli"
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
 	// kubectl version's client version: v1.36.3, not upstream's placeholder.
-	_ "github.com/podvisor/podvisor/internal/kubeversion"
+	_ "github.com/podvisor/podvisor/internal/cluster/kubeversion"
 )
 
 // kubectl runs the upstream kubectl, pointed at the local admin kubeconfig

@@ -3,8 +3,8 @@ package main
 import (
 	"flag"
 
-	"github.com/podvisor/podvisor/internal/metricsserver"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/up"
+	"github.com/podvisor/podvisor/internal/cluster/metricsserver"
 )
 
 // metricsServerFlags are the embedded metrics-server's flags of up and

@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/shutdown"
+	"github.com/podvisor/podvisor/internal/agent/shutdown"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
 )
 
 const nodeUsage = `Usage:

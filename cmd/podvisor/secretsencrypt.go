@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/secretsencryption"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cluster/secretsencryption"
 )
 
 const secretsEncryptUsage = `Usage:

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cli/up"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 )
 
 const serverUsage = `Usage: podvisor server [flags]

@@ -3,7 +3,7 @@ package main
 import (
 	"flag"
 
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/cli/up"
 )
 
 // localStorageFlags are the built-in local-path provisioner's flags (k3s's

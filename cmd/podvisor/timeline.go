@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/agent/timeline"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
 )
 
 const timelineUsage = `Usage: podvisor timeline [-n NAMESPACE] POD [-o table|json|trace] [-w]

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 
-	"github.com/podvisor/podvisor/internal/bootstrap"
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cluster/bootstrap"
 )
 
 type tokenOptions struct {

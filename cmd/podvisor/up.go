@@ -4,14 +4,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/podvisor/podvisor/internal/agent"
-	"github.com/podvisor/podvisor/internal/controlplane"
 	"os"
 	"os/signal"
 	"syscall"
 
-	"github.com/podvisor/podvisor/internal/datadir"
-	"github.com/podvisor/podvisor/internal/up"
+	"github.com/podvisor/podvisor/internal/agent"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+
+	"github.com/podvisor/podvisor/internal/cli/datadir"
+	"github.com/podvisor/podvisor/internal/cli/up"
 )
 
 // upFlags defines up's flags into o.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/podvisor/podvisor/internal/version"
+	"github.com/podvisor/podvisor/internal/cli/version"
 )
 
 func versionCmd() {

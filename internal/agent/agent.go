@@ -29,26 +29,26 @@ import (
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
-	"github.com/podvisor/podvisor/internal/agentapi"
-	"github.com/podvisor/podvisor/internal/config"
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/eviction"
-	"github.com/podvisor/podvisor/internal/hook"
-	"github.com/podvisor/podvisor/internal/imagegc"
-	"github.com/podvisor/podvisor/internal/lifecycle"
-	"github.com/podvisor/podvisor/internal/logrotate"
-	"github.com/podvisor/podvisor/internal/node"
-	"github.com/podvisor/podvisor/internal/nodestats"
-	"github.com/podvisor/podvisor/internal/podcgroup"
-	"github.com/podvisor/podvisor/internal/podsecurity"
-	"github.com/podvisor/podvisor/internal/podsource"
-	"github.com/podvisor/podvisor/internal/podstartup"
-	"github.com/podvisor/podvisor/internal/podworker"
-	"github.com/podvisor/podvisor/internal/probe"
+	"github.com/podvisor/podvisor/internal/agent/agentapi"
+	"github.com/podvisor/podvisor/internal/agent/config"
+	"github.com/podvisor/podvisor/internal/agent/eviction"
+	"github.com/podvisor/podvisor/internal/agent/hook"
+	"github.com/podvisor/podvisor/internal/agent/imagegc"
+	"github.com/podvisor/podvisor/internal/agent/lifecycle"
+	"github.com/podvisor/podvisor/internal/agent/logrotate"
+	"github.com/podvisor/podvisor/internal/agent/node"
+	"github.com/podvisor/podvisor/internal/agent/nodestats"
+	"github.com/podvisor/podvisor/internal/agent/podcgroup"
+	"github.com/podvisor/podvisor/internal/agent/podsecurity"
+	"github.com/podvisor/podvisor/internal/agent/podsource"
+	"github.com/podvisor/podvisor/internal/agent/podstartup"
+	"github.com/podvisor/podvisor/internal/agent/podworker"
+	"github.com/podvisor/podvisor/internal/agent/probe"
+	"github.com/podvisor/podvisor/internal/agent/shutdown"
+	"github.com/podvisor/podvisor/internal/agent/status"
+	"github.com/podvisor/podvisor/internal/agent/timeline"
 	"github.com/podvisor/podvisor/internal/runtime"
-	"github.com/podvisor/podvisor/internal/shutdown"
-	"github.com/podvisor/podvisor/internal/status"
-	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 // Config is what the agent needs to run.
@@ -105,20 +105,61 @@ type Agent struct {
 	logRotation  *logrotate.Manager // nil: the runtime cannot reopen logs
 	imageGC      *imagegc.Manager   // nil: no images to collect (gc.go)
 	recorder     record.EventRecorder
+	startup      *podstartup.Tracker
+	hostIP       string // the node's address as pods and the runtime see it
+	agentDir     string // DATA_DIR/agent
 }
 
-// New builds the agent's parts and binds the agent port; nothing runs until Start.
+// New builds the agent's parts in the order each needs the ones before it,
+// and binds the agent port; nothing runs until Start. Two pairs of parts call
+// each other once running (probes report to the workers, the status manager
+// reads pods from the source): the Agent's methods probeUpdate and podOf
+// carry those calls, so no part is wired in later.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	rc := cfg.RESTConfig
+	a := &Agent{cfg: cfg, hostIP: "127.0.0.1", agentDir: filepath.Join(cfg.DataDir, "agent")}
+	if cfg.HostIP != nil {
+		a.hostIP = cfg.HostIP.String()
+	}
+	if err := a.newClients(); err != nil {
+		return nil, err
+	}
+	if err := a.openRuntime(a.agentDir, a.hostIP); err != nil {
+		return nil, err
+	}
+	for _, build := range []func() error{
+		a.newNode,        // the Node object (registered by Start)
+		a.newEvents,      // events, the pod timeline, the start-up histograms
+		a.newStatus,      // publishes pod statuses
+		a.newProbes,      // reports probe results to the workers
+		a.newWorkers,     // one worker per pod, on the runtime, probes and status
+		a.newSource,      // the pods bound to this node, handed to the workers
+		a.newShutdown,    // graceful node shutdown
+		a.newEviction,    // node-pressure eviction
+		a.newLogRotation, // when the runtime can reopen logs
+		a.newImageGC,     // when the runtime has images
+		a.newAdmission,   // shutdown first, then eviction
+		a.newAPI,         // the agent API, bound to its port
+	} {
+		if err := build(); err != nil {
+			a.stopContainerd()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// newClients makes the agent's API clients.
+func (a *Agent) newClients() error {
+	rc := a.cfg.RESTConfig
 	if rc != nil {
 		rc = rest.CopyConfig(rc)
 	} else {
 		var err error
-		if rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig); err != nil {
-			return nil, fmt.Errorf("agent kubeconfig: %w", err)
+		if rc, err = clientcmd.BuildConfigFromFlags("", a.cfg.Kubeconfig); err != nil {
+			return fmt.Errorf("agent kubeconfig: %w", err)
 		}
 	}
 	// Events get a client of their own so that a burst of them (two or three per
@@ -126,171 +167,189 @@ func New(cfg Config) (*Agent, error) {
 	// protects itself with priority and fairness, so the agent's own limit is high.
 	erc := rest.CopyConfig(rc)
 	erc.QPS, erc.Burst = 50, 100
-	eventClient, err := kubernetes.NewForConfig(erc)
-	if err != nil {
-		return nil, err
+	var err error
+	if a.eventClient, err = kubernetes.NewForConfig(erc); err != nil {
+		return err
 	}
 	rc.QPS, rc.Burst = 500, 1000
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	a := &Agent{cfg: cfg, client: client, eventClient: eventClient}
-	hostIP := "127.0.0.1"
-	if cfg.HostIP != nil {
-		hostIP = cfg.HostIP.String()
-	}
-	agentDir := filepath.Join(cfg.DataDir, "agent")
-	if err := a.openRuntime(agentDir, hostIP); err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			a.stopContainerd()
-		}
-	}()
+	a.client, err = kubernetes.NewForConfig(rc)
+	return err
+}
+
+func (a *Agent) newNode() error {
+	k := a.cfg.Kubelet
+	var err error
 	a.node, err = node.New(node.Config{
-		Name: cfg.NodeName, HostIP: cfg.HostIP, AgentPort: int32(cfg.AgentPort), DataDir: cfg.DataDir,
-		MaxPods:               cfg.Kubelet.MaxPods,
-		StatusUpdateFrequency: cfg.Kubelet.NodeStatusUpdateFrequency,
-		StatusReportFrequency: cfg.Kubelet.NodeStatusReportFrequency,
-		LeaseDurationSeconds:  cfg.Kubelet.NodeLeaseDurationSeconds,
-		HardEviction:          cfg.Kubelet.Eviction.Thresholds,
+		Name: a.cfg.NodeName, HostIP: a.cfg.HostIP, AgentPort: int32(a.cfg.AgentPort), DataDir: a.cfg.DataDir,
+		MaxPods:               k.MaxPods,
+		StatusUpdateFrequency: k.NodeStatusUpdateFrequency,
+		StatusReportFrequency: k.NodeStatusReportFrequency,
+		LeaseDurationSeconds:  k.NodeLeaseDurationSeconds,
+		HardEviction:          k.Eviction.Thresholds,
 		RuntimeVersion:        a.runtimeVersion(),
-		Client:                client, Log: cfg.Log,
+		Client:                a.client, Log: a.cfg.Log,
 	})
-	if err != nil {
-		return nil, err
-	}
-	if a.containerd != nil {
+	if err == nil && a.containerd != nil {
 		a.node.SetNetworkReadiness(networkPending)
 	}
+	return err
+}
 
+// newEvents makes the event broadcaster and the pod timeline, which records
+// every step of a pod to the millisecond: the events the agent emits for it
+// and each status it reports; and the kubelet's pod start-up histograms on
+// /metrics (podstartup).
+func (a *Agent) newEvents() error {
 	a.events = record.NewBroadcaster()
-	// Every step of a pod, to the millisecond: the events the agent emits
-	// for it and each status it reports (timeline package).
-	a.timeline, err = timeline.New(timeline.Config{Dir: filepath.Join(agentDir, "timeline"), Log: cfg.Log})
+	var err error
+	a.timeline, err = timeline.New(timeline.Config{Dir: filepath.Join(a.agentDir, "timeline"), Log: a.cfg.Log})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var recorder record.EventRecorder = timeline.Events{
-		Next: a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName}), Rec: a.timeline}
+	a.recorder = timeline.Events{
+		Next: a.events.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: a.cfg.NodeName}), Rec: a.timeline}
+	a.startup = podstartup.New(clock.RealClock{})
+	a.metrics = prometheus.NewRegistry()
+	a.metrics.MustRegister(a.startup.Collectors()...)
+	return nil
+}
 
-	// The kubelet's pod start-up histograms on /metrics (podstartup).
-	startup := podstartup.New(clock.RealClock{})
-	var source *podsource.Source
-	a.status = status.New(client, func(uid types.UID) (*v1.Pod, bool) {
-		if source == nil {
-			return nil, false
-		}
-		return source.Get(uid)
-	}, cfg.Log)
-	a.status.OnWritten = startup.StatusWritten
+func (a *Agent) newStatus() error {
+	a.status = status.New(a.client, a.podOf, a.cfg.Log)
+	a.status.OnWritten = a.startup.StatusWritten
+	return nil
+}
 
-	lc := lifecycle.DefaultConfig()
-	lc.MaxBackOff = cfg.Kubelet.MaxContainerRestartPeriod
-	var workers *podworker.Manager
+// podOf is the pod source's copy of a pod, for the status manager (which
+// runs only once Start has started the source).
+func (a *Agent) podOf(uid types.UID) (*v1.Pod, bool) { return a.source.Get(uid) }
+
+func (a *Agent) newProbes() error {
+	var err error
 	a.probes, err = probe.New(probe.Config{
-		Exec: a.exec, Recorder: recorder, Timeline: a.timeline, Log: cfg.Log,
-		OnUpdate: func(u probe.Update) {
-			if workers != nil {
-				workers.ProbeUpdate(u.PodUID, u.Container, u.ContainerID, u.State)
-			}
-		},
+		Exec: a.exec, Recorder: a.recorder, Timeline: a.timeline, Log: a.cfg.Log, OnUpdate: a.probeUpdate,
 	})
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
+
+// probeUpdate hands a probe result to the pod's worker (probes run only once
+// Start has started the workers).
+func (a *Agent) probeUpdate(u probe.Update) {
+	a.workers.ProbeUpdate(u.PodUID, u.Container, u.ContainerID, u.State)
+}
+
+func (a *Agent) newWorkers() error {
+	k := a.cfg.Kubelet
+	lc := lifecycle.DefaultConfig()
+	lc.MaxBackOff = k.MaxContainerRestartPeriod
+	var err error
 	a.workers, err = podworker.New(podworker.Config{
-		NodeName: cfg.NodeName, HostIP: hostIP, PodsDir: filepath.Join(agentDir, "pods"),
-		MaxPods: cfg.Kubelet.MaxPods, ParallelImagePulls: cfg.Kubelet.ParallelImagePulls(),
-		ImagePullRecordsDir: filepath.Join(agentDir, "image_manager"), ImageVerification: cfg.Kubelet.ImageVerification, Allocatable: a.allocatable, Node: a.getNode,
-		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: cfg.Log}),
-		Status:    startupStatuses{StatusWriter: &timeline.Statuses{Next: a.status, Rec: a.timeline}, startup: startup},
-		PullTimes: startup, Recorder: recorder, Client: client,
-		Clock: clock.RealClock{}, Lifecycle: lc, Log: cfg.Log,
-		DNS:      podworker.DNSConfig{ClusterDNS: cfg.Kubelet.ClusterDNS, ClusterDomain: cfg.Kubelet.ClusterDomain, ResolvConf: cfg.Kubelet.ResolvConf},
-		Security: podsecurity.Node{SeccompDefault: cfg.Kubelet.SeccompDefault, SeccompProfileRoot: filepath.Join(agentDir, "seccomp")},
-		Sysctls:  cfg.Kubelet.Sysctls,
+		NodeName: a.cfg.NodeName, HostIP: a.hostIP, PodsDir: filepath.Join(a.agentDir, "pods"),
+		MaxPods: k.MaxPods, ParallelImagePulls: k.ParallelImagePulls(),
+		ImagePullRecordsDir: filepath.Join(a.agentDir, "image_manager"), ImageVerification: k.ImageVerification, Allocatable: a.allocatable, Node: a.getNode,
+		Runtime: a.runtime, Prober: a.probes, Hooks: hook.New(hook.Config{Exec: a.exec, Log: a.cfg.Log}),
+		Status:    startupStatuses{StatusWriter: &timeline.Statuses{Next: a.status, Rec: a.timeline}, startup: a.startup},
+		PullTimes: a.startup, Recorder: a.recorder, Client: a.client,
+		Clock: clock.RealClock{}, Lifecycle: lc, Log: a.cfg.Log,
+		DNS:      podworker.DNSConfig{ClusterDNS: k.ClusterDNS, ClusterDomain: k.ClusterDomain, ResolvConf: k.ResolvConf},
+		Security: podsecurity.Node{SeccompDefault: k.SeccompDefault, SeccompProfileRoot: filepath.Join(a.agentDir, "seccomp")},
+		Sysctls:  k.Sysctls,
 		Cgroups:  a.podCgroups(),
 		Timeline: a.timeline,
-		Unrouter: cfg.Unrouter,
+		Unrouter: a.cfg.Unrouter,
 	})
-	if err != nil {
-		return nil, err
-	}
-	workers = a.workers
-	a.recorder = recorder
-	if a.imageGC, err = a.newImageGC(recorder); err != nil {
-		return nil, err
-	}
-	source, err = podsource.New(client, cfg.NodeName, watchedPods{Handler: a.workers, startup: startup})
-	if err != nil {
-		return nil, err
-	}
-	a.source = source
+	return err
+}
 
-	a.metrics = prometheus.NewRegistry()
-	a.metrics.MustRegister(startup.Collectors()...)
+func (a *Agent) newSource() error {
+	var err error
+	a.source, err = podsource.New(a.client, a.cfg.NodeName, watchedPods{Handler: a.workers, startup: a.startup})
+	return err
+}
+
+func (a *Agent) newShutdown() error {
+	var err error
 	a.shutdown, err = shutdown.New(shutdown.Config{
-		Bands: shutdown.Bands(cfg.Kubelet), Pods: a.workers, Node: a.node, Recorder: recorder,
-		NodeName: cfg.NodeName, StateFile: filepath.Join(agentDir, shutdown.StateFileName),
-		Metrics: a.metrics, Log: cfg.Log,
+		Bands: shutdown.Bands(a.cfg.Kubelet), Pods: a.workers, Node: a.node, Recorder: a.recorder,
+		NodeName: a.cfg.NodeName, StateFile: filepath.Join(a.agentDir, shutdown.StateFileName),
+		Metrics: a.metrics, Log: a.cfg.Log,
 	})
-	if err != nil {
-		return nil, err
-	}
-	host := eviction.Host{DataDir: cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}
-	podMeter := eviction.PodMeter{Containers: a.runtime.Containers, Usage: a.runtime.Stats, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}
+	return err
+}
+
+// host and podMeter measure the node and its pods, for the eviction
+// manager and the stats endpoints alike.
+func (a *Agent) host() eviction.Host {
+	return eviction.Host{DataDir: a.cfg.DataDir, CgroupRoot: "/sys/fs/cgroup"}
+}
+
+func (a *Agent) podMeter() eviction.PodMeter {
+	return eviction.PodMeter{Containers: a.runtime.Containers, Usage: a.runtime.Stats, PodDir: a.workers.PodDir, PodProcesses: a.podProcesses()}
+}
+
+func (a *Agent) newEviction() error {
+	k := a.cfg.Kubelet
+	var err error
 	a.eviction, err = eviction.New(eviction.Config{
-		Settings: cfg.Kubelet.Eviction, Period: cfg.Kubelet.EvictionMonitoringPeriod,
-		LocalStorage: cfg.Kubelet.LocalStorageCapacityIsolation,
-		Observe:      host.Observe,
-		Stats:        podMeter.Stats,
+		Settings: k.Eviction, Period: k.EvictionMonitoringPeriod,
+		LocalStorage: k.LocalStorageCapacityIsolation,
+		Observe:      a.host().Observe,
+		Stats:        a.podMeter().Stats,
 		ActivePods:   a.workers.ActivePods,
 		Evict: func(uid types.UID, e eviction.Eviction) <-chan struct{} {
 			return a.workers.TerminatePod(uid, podworker.Termination{Grace: e.Grace, Reason: eviction.Reason, Message: e.Message, Condition: e.Condition})
 		},
 		SetPressure: a.node.SetPressure, QOS: lifecycle.QOSClass,
-		Recorder: recorder, NodeName: cfg.NodeName, Log: cfg.Log,
+		Recorder: a.recorder, NodeName: a.cfg.NodeName, Log: a.cfg.Log,
 	})
-	if err != nil {
-		return nil, err
+	return err
+}
+
+func (a *Agent) newLogRotation() error {
+	logs := a.runtime.Logs
+	if logs == nil {
+		return nil
 	}
-	if logs := a.runtime.Logs; logs != nil {
-		a.logRotation, err = logrotate.New(logrotate.Config{
-			Runtime: struct {
-				runtime.Containers
-				runtime.LogReopener
-			}{a.runtime.Containers, logs},
-			Policy:  logrotate.Policy{MaxSize: cfg.Kubelet.ContainerLogMaxSize, MaxFiles: int(cfg.Kubelet.ContainerLogMaxFiles)},
-			Workers: int(cfg.Kubelet.ContainerLogMaxWorkers), Interval: cfg.Kubelet.ContainerLogMonitorInterval,
-			Log: cfg.Log,
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	// Shutdown first: a node going down refuses every pod with its own reason.
+	k := a.cfg.Kubelet
+	var err error
+	a.logRotation, err = logrotate.New(logrotate.Config{
+		Runtime: struct {
+			runtime.Containers
+			runtime.LogReopener
+		}{a.runtime.Containers, logs},
+		Policy:  logrotate.Policy{MaxSize: k.ContainerLogMaxSize, MaxFiles: int(k.ContainerLogMaxFiles)},
+		Workers: int(k.ContainerLogMaxWorkers), Interval: k.ContainerLogMonitorInterval,
+		Log: a.cfg.Log,
+	})
+	return err
+}
+
+// newAdmission sets the workers' admission chain: a node going down refuses
+// every pod with its own reason, before eviction's.
+func (a *Agent) newAdmission() error {
 	a.workers.SetAdmission(func(pod *v1.Pod) *v1.PodStatus {
 		if st := a.shutdown.Admit(pod); st != nil {
 			return st
 		}
 		return a.eviction.Admit(pod)
 	})
+	return nil
+}
 
-	// The stats endpoints show the figures the eviction manager acts on.
-	stats := &nodestats.Source{NodeName: cfg.NodeName, NodeStart: nodestats.BootTime(), Host: host,
-		Pods: a.workers.Pods, Stats: podMeter.Stats}
+// newAPI makes the agent API and binds its port. The stats endpoints show
+// the figures the eviction manager acts on.
+func (a *Agent) newAPI() error {
+	stats := &nodestats.Source{NodeName: a.cfg.NodeName, NodeStart: nodestats.BootTime(), Host: a.host(),
+		Pods: a.workers.Pods, Stats: a.podMeter().Stats}
 	resourceMetrics := prometheus.NewRegistry()
 	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.Summary})
+	var err error
 	a.api, err = agentapi.New(agentapi.Config{
-		Addr:               net.JoinHostPort("", strconv.Itoa(cfg.AgentPort)),
-		CertFile:           filepath.Join(cfg.PKIDir, "agent-serving.crt"),
-		KeyFile:            filepath.Join(cfg.PKIDir, "agent-serving.key"),
-		ServingCertificate: cfg.ServingCertificate,
-		ClientCAFile:       filepath.Join(cfg.PKIDir, "ca.crt"),
+		Addr:               net.JoinHostPort("", strconv.Itoa(a.cfg.AgentPort)),
+		CertFile:           filepath.Join(a.cfg.PKIDir, "agent-serving.crt"),
+		KeyFile:            filepath.Join(a.cfg.PKIDir, "agent-serving.key"),
+		ServingCertificate: a.cfg.ServingCertificate,
+		ClientCAFile:       filepath.Join(a.cfg.PKIDir, "ca.crt"),
 		Logs:               a.workers,
 		Pods:               a.workers.Pods,
 		Streams:            newStreams(a.runtime),
@@ -305,20 +364,16 @@ func New(cfg Config) (*Agent, error) {
 		Shutdown:        a.shutdown.Handler(),
 		Timeline:        a.timeline,
 		// Other users, as the kubelet's webhook authorization: RBAC on nodes/proxy, nodes/log…
-		Authorizer: &agentapi.SubjectAccessReviews{Client: client, NodeName: cfg.NodeName},
+		Authorizer: &agentapi.SubjectAccessReviews{Client: a.client, NodeName: a.cfg.NodeName},
 		// Bearer tokens (service accounts scraping), as the kubelet's webhook
 		// authentication; the Node authorizer lets nodes create TokenReviews.
-		TokenReviews: client.AuthenticationV1(),
-		Log:          cfg.Log,
+		TokenReviews: a.client.AuthenticationV1(),
+		Log:          a.cfg.Log,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := a.api.Listen(); err != nil {
-		return nil, err
-	}
-	ok = true
-	return a, nil
+	return a.api.Listen()
 }
 
 // getNode reads this node from the API (labels, taints and allocatable for
@@ -389,7 +444,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	if a.imageGC != nil {
 		go a.imageGC.Run(ctx)
 	}
-	go a.runContainerGC(ctx, a.recorder)
+	go a.runContainerGC(ctx)
 	return nil
 }
 

@@ -8,35 +8,36 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
-	"github.com/podvisor/podvisor/internal/containergc"
-	"github.com/podvisor/podvisor/internal/imagegc"
-	"github.com/podvisor/podvisor/internal/images"
+	"github.com/podvisor/podvisor/internal/agent/containergc"
+	"github.com/podvisor/podvisor/internal/agent/imagegc"
+	"github.com/podvisor/podvisor/internal/agent/images"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// newImageGC makes the image garbage collector, or nil when there is
-// nothing to collect: a runtime without images (the process runtime), one
-// that cannot say where its images are, or the kubelet's off switch (high
+// newImageGC makes the image garbage collector, none when there is nothing
+// to collect: a runtime without images (the process runtime), one that
+// cannot say where its images are, or the kubelet's off switch (high
 // threshold 100 and no maximum age).
-func (a *Agent) newImageGC(recorder record.EventRecorder) (*imagegc.Manager, error) {
+func (a *Agent) newImageGC() error {
 	store := a.runtime.Images
 	if store == nil {
-		return nil, nil
+		return nil
 	}
 	p := a.cfg.Kubelet.ImageGC
 	if p.Disabled() {
 		a.cfg.Log.Info("image garbage collection off: imageGCHighThresholdPercent is 100 and imageMaximumGCAge 0")
-		return nil, nil
+		return nil
 	}
-	return imagegc.New(imagegc.Config{
-		Policy: p, Images: store, Recorder: recorder, NodeName: a.cfg.NodeName,
+	var err error
+	a.imageGC, err = imagegc.New(imagegc.Config{
+		Policy: p, Images: store, Recorder: a.recorder, NodeName: a.cfg.NodeName,
 		Period: a.cfg.Kubelet.GCPeriod, Clock: clock.RealClock{}, Log: a.cfg.Log.With("component", "imagegc"),
 		Usage: func(ctx context.Context) (imagegc.Usage, error) { return imageFsUsage(ctx, store) },
 		InUse: a.imagesInUse,
 	})
+	return err
 }
 
 // imageFsUsage measures the filesystem the runtime keeps its images on,
@@ -99,7 +100,7 @@ func (a *Agent) imagesInUse(ctx context.Context) (map[string]bool, error) {
 // runContainerGC removes dead containers and sandboxes at once and every
 // period (the kubelet's 1 minute); a failed round is a ContainerGCFailed event on
 // the node, as upstream.
-func (a *Agent) runContainerGC(ctx context.Context, recorder record.EventRecorder) {
+func (a *Agent) runContainerGC(ctx context.Context) {
 	period := a.cfg.Kubelet.GCPeriod
 	if period <= 0 {
 		period = containergc.Period
@@ -109,7 +110,7 @@ func (a *Agent) runContainerGC(ctx context.Context, recorder record.EventRecorde
 	for {
 		if err := a.workers.CollectContainers(ctx, containergc.DefaultPolicy()); err != nil && ctx.Err() == nil {
 			a.cfg.Log.Error("container garbage collection failed", "err", err)
-			recorder.Event(&v1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)},
+			a.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)},
 				v1.EventTypeWarning, "ContainerGCFailed", err.Error())
 		}
 		select {

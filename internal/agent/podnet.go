@@ -4,7 +4,7 @@ import (
 	"context"
 	"path/filepath"
 
-	"github.com/podvisor/podvisor/internal/podnet"
+	"github.com/podvisor/podvisor/internal/cluster/podnet"
 )
 
 // routePodNetwork routes this node's pods to the other nodes' (flannel

@@ -3,9 +3,9 @@ package agent
 import (
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/internal/podsource"
-	"github.com/podvisor/podvisor/internal/podstartup"
-	"github.com/podvisor/podvisor/internal/podworker"
+	"github.com/podvisor/podvisor/internal/agent/podsource"
+	"github.com/podvisor/podvisor/internal/agent/podstartup"
+	"github.com/podvisor/podvisor/internal/agent/podworker"
 )
 
 // watchedPods shows the pod start-up tracker every copy of a pod the

@@ -11,11 +11,11 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/lifecycle"
-	"github.com/podvisor/podvisor/internal/node"
-	"github.com/podvisor/podvisor/internal/podcgroup"
-	"github.com/podvisor/podvisor/internal/podworker"
+	"github.com/podvisor/podvisor/internal/agent/lifecycle"
+	"github.com/podvisor/podvisor/internal/agent/node"
+	"github.com/podvisor/podvisor/internal/agent/podcgroup"
+	"github.com/podvisor/podvisor/internal/agent/podworker"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/internal/runtime/cri"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 )

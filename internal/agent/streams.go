@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/podvisor/podvisor/internal/agentapi"
+	"github.com/podvisor/podvisor/internal/agent/agentapi"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

@@ -39,7 +39,7 @@ type podvisor struct {
 func (p *podvisor) kubeconfig() string { return filepath.Join(p.dataDir, "admin.kubeconfig") }
 
 // state is the directory of the data dir's containerd under /run, as
-// internal/containerd.PathsFor names it: its socket, and the path every
+// internal/runtime/containerd.PathsFor names it: its socket, and the path every
 // shim of this podvisor has on its command line.
 func (p *podvisor) state() string {
 	abs, _ := filepath.Abs(p.dataDir)
@@ -258,7 +258,7 @@ func (p *podvisor) purgeSandboxes(logf func(string, ...any)) {
 }
 
 // removePodNetwork deletes the bridge of the data dir's pod network and its
-// masquerade rules (internal/containerd names the bridge pv-<8 hex> of the
+// masquerade rules (internal/runtime/containerd names the bridge pv-<8 hex> of the
 // state directory and comments the rules with it).
 func (p *podvisor) removePodNetwork() {
 	bridge := "pv-" + strings.TrimPrefix(filepath.Base(p.state()), "containerd-")[:8]

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log"
@@ -9,6 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -78,73 +80,11 @@ func (r *localRegistry) pushTars(tars []string) error {
 	return nil
 }
 
-// push uploads img's blobs (monolithic POSTs) and its manifest under tag's
-// repository and tag.
+// push stores img under tag's repository and tag on the runner's registry.
 func (r *localRegistry) push(tag name.Tag, img v1.Image) error {
-	repo := tag.RepositoryStr()
-	layers, err := img.Layers()
+	dst, err := name.NewTag(strings.TrimPrefix(r.url, "http://")+"/"+tag.RepositoryStr()+":"+tag.TagStr(), name.Insecure)
 	if err != nil {
 		return err
 	}
-	type blob struct {
-		digest v1.Hash
-		open   func() (io.ReadCloser, error)
-	}
-	var blobs []blob
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return err
-		}
-		blobs = append(blobs, blob{d, l.Compressed})
-	}
-	cfg, err := img.RawConfigFile()
-	if err != nil {
-		return err
-	}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		return err
-	}
-	blobs = append(blobs, blob{cfgName, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(cfg)), nil }})
-	for _, b := range blobs {
-		rc, err := b.open()
-		if err != nil {
-			return err
-		}
-		err = r.send(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+b.digest.String(), "", rc)
-		rc.Close()
-		if err != nil {
-			return err
-		}
-	}
-	mt, err := img.MediaType()
-	if err != nil {
-		return err
-	}
-	manifest, err := img.RawManifest()
-	if err != nil {
-		return err
-	}
-	return r.send(http.MethodPut, "/v2/"+repo+"/manifests/"+tag.TagStr(), string(mt), bytes.NewReader(manifest))
-}
-
-func (r *localRegistry) send(method, path, contentType string, body io.Reader) error {
-	req, err := http.NewRequest(method, r.url+path, body)
-	if err != nil {
-		return err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return nil
+	return remote.Write(dst, img)
 }

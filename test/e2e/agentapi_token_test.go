@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -14,13 +15,16 @@ import (
 	"testing"
 	"time"
 
+	jose "github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 )
 
 // agentAPI is an HTTPS client of a podvisor's agent API that trusts the
@@ -109,8 +113,8 @@ func serviceAccountToken(t *testing.T, p *Podvisor, ns, name string) string {
 
 // A service account bound to system:kubelet-api-admin scrapes the agent API
 // with its token, as an in-cluster Prometheus or metrics-server does; one
-// without the binding gets the kubelet's Forbidden, a garbage token and no
-// credentials the kubelet's 401.
+// without the binding gets the kubelet's Forbidden, a garbage token, an
+// expired one and no credentials the kubelet's 401.
 func TestAgentAPIServiceAccountTokens(t *testing.T) {
 	p := Shared(t)
 	ctx := context.Background()
@@ -141,9 +145,54 @@ func TestAgentAPIServiceAccountTokens(t *testing.T) {
 	if code, body := getBearer(t, c, base+"/stats/summary", stranger); code != http.StatusForbidden || strings.TrimSpace(body) != want {
 		t.Errorf("unbound service account: %d %q, want 403 %q", code, body, want)
 	}
-	for name, token := range map[string]string{"garbage token": "not-a-token", "no credentials": ""} {
+	// An expired token: the bound one's claims, signed again with the
+	// cluster's service-account key, once with an expiry an hour ago and
+	// once with one an hour ahead (accepted: the refusal is the expiry's).
+	if code, body := getBearer(t, c, base+"/stats/summary", resignedToken(t, p, scraper, time.Now().Add(time.Hour))); code != http.StatusOK {
+		t.Errorf("re-signed unexpired token: %d %.300q, want 200", code, body)
+	}
+	expired := resignedToken(t, p, scraper, time.Now().Add(-time.Hour))
+	for name, token := range map[string]string{"garbage token": "not-a-token", "no credentials": "", "expired token": expired} {
 		if code, body := getBearer(t, c, base+"/stats/summary", token); code != http.StatusUnauthorized || strings.TrimSpace(body) != "Unauthorized" {
 			t.Errorf("%s: %d %q, want 401 Unauthorized", name, code, body)
 		}
 	}
+}
+
+// resignedToken is token's claims with expiry exp (issued and valid from an
+// hour before it), signed with the cluster's service-account key under the
+// same key ID, as the API server would have issued it.
+func resignedToken(t *testing.T, p *Podvisor, token string, exp time.Time) string {
+	t.Helper()
+	parsed, err := jwt.ParseSigned(token, []jose.SignatureAlgorithm{jose.RS256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := map[string]any{}
+	if err := parsed.UnsafeClaimsWithoutVerification(&claims); err != nil {
+		t.Fatal(err)
+	}
+	claims["exp"], claims["iat"], claims["nbf"] = exp.Unix(), exp.Add(-time.Hour).Unix(), exp.Add(-time.Hour).Unix()
+	keyPEM, err := os.ReadFile(filepath.Join(controlplane.PKIDir(p.DataDir), "service-account.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(keyPEM)
+	if block == nil {
+		t.Fatal("service-account.key: no PEM block")
+	}
+	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", parsed.Headers[0].KeyID)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := jwt.Signed(signer).Claims(claims).Serialize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

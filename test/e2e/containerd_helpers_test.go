@@ -15,7 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	criclient "k8s.io/cri-client/pkg"
 
-	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/test/images"
 )
 

@@ -16,8 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/proctree"
+	"github.com/podvisor/podvisor/internal/host/proctree"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 // churn keeps about target pods of the crash test's kinds alive on the two

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podvisor/podvisor/internal/proctree"
+	"github.com/podvisor/podvisor/internal/host/proctree"
 )
 
 // A pod leaves the API only once its termination is complete, as the

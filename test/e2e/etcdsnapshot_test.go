@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/internal/datadir"
+	"github.com/podvisor/podvisor/internal/cli/datadir"
 )
 
 // etcd snapshots, as k3s users take them: a ConfigMap saved in a snapshot

@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/internal/eviction"
+	"github.com/podvisor/podvisor/internal/agent/eviction"
 )
 
 // evicted waits for a pod to end Failed/Evicted and returns it.

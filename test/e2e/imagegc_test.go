@@ -18,7 +18,7 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	criclient "k8s.io/cri-client/pkg"
 
-	"github.com/podvisor/podvisor/internal/containerd"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/test/images"
 )
 

@@ -15,7 +15,7 @@ import (
 
 // Images on the containerd runtime, through the real API server: the
 // kubelet's image manager's reasons, messages and events (upstream v1.36,
-// internal/images), and the service account's pull secrets reaching the
+// internal/agent/images), and the service account's pull secrets reaching the
 // agent through the ServiceAccount admission. No registry is reachable.
 func TestContainerdImagePullSemantics(t *testing.T) {
 	t.Parallel()

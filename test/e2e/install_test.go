@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/podvisor/podvisor/internal/service"
+	"github.com/podvisor/podvisor/internal/cli/service"
 )
 
 // install --print shows the unit: this binary, the flags given, the data

@@ -24,7 +24,8 @@ import (
 // one plain, an older one gzipped), named <n>.log.YYYYMMDD-HHMMSS[.gz];
 // kubectl logs --tail reads the current file, as upstream, and a follower
 // (kubectl logs -f) goes on across the rotations. A 10 MB line in another
-// container is logged and rotated without harm to the agent.
+// container is logged and rotated without harm to the agent, and a third
+// writes 40 MB faster than the rotation looks.
 //
 // The writer writes one chunk of ~4.5 MB each time the test tells it (a file
 // in a shared host directory) and says when it is done; the test asks for
@@ -53,7 +54,14 @@ echo last-line-of-the-log; exec sleep 3600`, chunks, sig, lines, sig, sig))
 	big := sh("big", fmt.Sprintf(`head -c 10485760 /dev/zero | tr '\0' y; echo
 while [ ! -e %s/big-go ]; do sleep 0.1; done
 echo after-the-big-line; exec sleep 3600`, sig))
-	pod := p.pod(ns, "chatty", v1.RestartPolicyNever, writer, big)
+	// The flood: 40 MB as fast as the pipe takes it, ten times the max size
+	// between two looks of the rotation.
+	flood := sh("flood", fmt.Sprintf(`l=$(head -c 1000 /dev/zero | tr '\0' z)
+while [ ! -e %s/flood-go ]; do sleep 0.1; done
+yes "$l" | head -n 40000; touch %s/flood-done
+while [ ! -e %s/flood-end ]; do sleep 0.1; done
+echo end-of-the-flood; exec sleep 3600`, sig, sig, sig))
+	pod := p.pod(ns, "chatty", v1.RestartPolicyNever, writer, big, flood)
 	shareHostDirs(pod, sig)
 	created := p.create(t, pod)
 	p.waitPod(t, ns, "chatty", 2*time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
@@ -226,6 +234,45 @@ echo after-the-big-line; exec sleep 3600`, sig))
 	if code != 0 || out != "after-the-big-line\n" {
 		t.Errorf("kubectl logs --tail 1 of the big line's container: %q (exit %d, %s)", out, code, stderr)
 	}
+
+	// A container that writes faster than rotation looks: the current log
+	// grows past the max size between two looks (as upstream's), but the
+	// policy's file count holds throughout, the log is rotated once the
+	// flood ends, and its last line is read.
+	floodDir := filepath.Join(filepath.Dir(logDir), "flood")
+	if err := os.WriteFile(filepath.Join(sig, "flood-go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	looks := 0
+	waitUntil(t, 2*time.Minute, "the flood written", func() (bool, string) {
+		es, _ := os.ReadDir(floodDir)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Name())
+		}
+		if n := len(names) - countSuffix(names, ".tmp"); n > 3 {
+			t.Errorf("flood: %d log files %v, want at most containerLogMaxFiles (3)", n, names)
+		}
+		looks++
+		_, err := os.Stat(filepath.Join(sig, "flood-done"))
+		return err == nil, fmt.Sprint(names)
+	})
+	waitUntil(t, 2*time.Minute, "the flood's log rotated", func() (bool, string) {
+		fi, err := os.Stat(filepath.Join(floodDir, "0.log"))
+		rotated, _ := filepath.Glob(filepath.Join(floodDir, "0.log.*"))
+		return err == nil && fi.Size() < maxSize && len(rotated) > 0 && len(rotated) <= 2, fmt.Sprint(rotated, err)
+	})
+	// A line after the last rotation: read from the current log, as
+	// kubectl logs reads only that.
+	if err := os.WriteFile(filepath.Join(sig, "flood-end"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLogs(t, ns, "chatty", "flood", 2*time.Minute, "end-of-the-flood")
+	out, stderr, code = p.kubectl(t, "", nil, "-n", ns, "logs", "chatty", "-c", "flood", "--tail", "1")
+	if code != 0 || out != "end-of-the-flood\n" {
+		t.Errorf("kubectl logs --tail 1 of the flood: %q (exit %d, %s)", out, code, stderr)
+	}
+	t.Logf("flood: %d looks at its files while it wrote", looks)
 	select {
 	case <-p.exited:
 		t.Errorf("podvisor exited:\n%s", p.Stderr())

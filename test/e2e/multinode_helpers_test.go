@@ -4,7 +4,7 @@ package e2e
 // root network namespace with the first address of a private /24, and one
 // network namespace per machine, plugged into the bridge by a veth, with its
 // own address and a default route through the bridge (podvisor takes the
-// node's IP from the default route's interface: internal/node/hostip.go).
+// node's IP from the default route's interface: internal/agent/node/hostip.go).
 // `podvisor server` runs in the root namespace, bound on the bridge address;
 // each `podvisor agent` runs in a machine's namespace through
 // `nsenter --net`, which execs podvisor: the pid the test holds is
@@ -32,8 +32,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/test/images"
 )
 

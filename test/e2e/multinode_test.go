@@ -101,7 +101,7 @@ func TestMultiNodeLab(t *testing.T) {
 	}
 }
 
-// What the agent says when it is refused (internal/join).
+// What the agent says when it is refused (internal/cluster/join).
 const (
 	refusedWrongSecret  = "does not verify with its secret"
 	refusedUnknownToken = "carries no signature for token ID"

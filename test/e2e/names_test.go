@@ -10,7 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/podnames"
+	"github.com/podvisor/podvisor/internal/agent/podnames"
 	"github.com/podvisor/podvisor/test/images"
 )
 

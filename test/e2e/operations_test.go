@@ -23,7 +23,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/podvisor/podvisor/internal/version"
+	"github.com/podvisor/podvisor/internal/cli/version"
 )
 
 // The API server and kubectl tell the Kubernetes version podvisor embeds

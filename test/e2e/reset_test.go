@@ -10,8 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/mounts"
+	"github.com/podvisor/podvisor/internal/host/mounts"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 // podvisor reset: refused while podvisor runs; after podvisor stopped

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/lifecycle"
+	"github.com/podvisor/podvisor/internal/agent/lifecycle"
 )
 
 // rolloutRate is the client's steady load during a rollout, in requests

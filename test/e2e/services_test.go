@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
-	"github.com/podvisor/podvisor/internal/serviceproxy"
+	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
 )
 
 // serviceProxyLock is held, across test processes, by the one test that

@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/shutdown/fakelogind"
+	"github.com/podvisor/podvisor/internal/agent/shutdown/fakelogind"
 )
 
 // noSystemBus keeps a podvisor away from the machine's real logind: a CI

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/timeline"
+	"github.com/podvisor/podvisor/internal/agent/timeline"
 )
 
 // podvisorTimeline runs `podvisor timeline` against p and returns its stdout.

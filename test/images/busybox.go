@@ -8,7 +8,7 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 )
 
 // busyboxBinary is where Debian's busybox-static installs its binary.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 )
 
 // privateContainerd runs Debian's containerd (1.6) on a socket and root of

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
-	"github.com/podvisor/podvisor/internal/pause"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/pause"
 )
 
 // Image references, as a pod spec names them.

@@ -13,7 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 )
 
 // load reads the image tagged ref back from the tar at p, as an importer would.

@@ -1,14 +1,15 @@
 package images
 
 import (
-	"bytes"
-	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
@@ -70,79 +71,22 @@ func (r *Registry) Requests() []string {
 }
 
 // Push stores img as ref's repository and tag ("registry.k8s.io/x/y:1" is
-// stored as x/y:1: the registry serves whatever it mirrors).
+// stored as x/y:1: the registry serves whatever it mirrors), with the
+// credentials RequireBasicAuth set.
 func (r *Registry) Push(ref string, img v1.Image) error {
 	tag, err := name.NewTag(ref)
 	if err != nil {
 		return err
 	}
-	repo := tag.RepositoryStr()
-	layers, err := img.Layers()
+	dst, err := name.NewTag(r.Host()+"/"+tag.RepositoryStr()+":"+tag.TagStr(), name.Insecure)
 	if err != nil {
 		return err
 	}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			return err
-		}
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil {
-			return err
-		}
-		if err := r.put(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+d.String(), "", b); err != nil {
-			return err
-		}
-	}
-	cfgName, err := img.ConfigName()
-	if err != nil {
-		return err
-	}
-	cfg, err := img.RawConfigFile()
-	if err != nil {
-		return err
-	}
-	if err := r.put(http.MethodPost, "/v2/"+repo+"/blobs/uploads/?digest="+cfgName.String(), "", cfg); err != nil {
-		return err
-	}
-	mt, err := img.MediaType()
-	if err != nil {
-		return err
-	}
-	manifest, err := img.RawManifest()
-	if err != nil {
-		return err
-	}
-	return r.put(http.MethodPut, "/v2/"+repo+"/manifests/"+tag.TagStr(), string(mt), manifest)
-}
-
-// put sends one upload (a monolithic blob POST or a manifest PUT).
-func (r *Registry) put(method, path, contentType string, body []byte) error {
-	req, err := http.NewRequest(method, r.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
+	var auth authn.Authenticator = authn.Anonymous
 	r.mu.Lock()
 	if r.user != "" {
-		req.SetBasicAuth(r.user, r.pass)
+		auth = &authn.Basic{Username: r.user, Password: r.pass}
 	}
 	r.mu.Unlock()
-	resp, err := r.srv.Client().Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		msg, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("registry: %s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return nil
+	return remote.Write(dst, img, remote.WithAuth(auth), remote.WithTransport(r.srv.Client().Transport))
 }

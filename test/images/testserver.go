@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 )
 
 // testserverBinary is the testserver program of ./testserver.

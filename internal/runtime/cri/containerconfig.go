@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podvisor/podvisor/internal/podsecurity"
+	"github.com/podvisor/podvisor/internal/agent/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

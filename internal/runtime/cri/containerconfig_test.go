@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podvisor/podvisor/internal/podsecurity"
+	"github.com/podvisor/podvisor/internal/agent/podsecurity"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

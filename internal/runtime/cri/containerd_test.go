@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/containerd"
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 	"github.com/podvisor/podvisor/test/images"
 )
 
 // The integration tests run against a private containerd: by default the
-// one podvisor embeds (internal/containerd, containerd 2.x), run from this
+// one podvisor embeds (internal/runtime/containerd, containerd 2.x), run from this
 // test binary as `TESTBINARY containerd --config FILE`, exactly as podvisor
 // runs `podvisor containerd`. PODVISOR_TEST_CONTAINERD or
 // PODVISOR_TEST_CONTAINERD_DIR choose a containerd binary instead

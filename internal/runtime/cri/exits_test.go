@@ -10,8 +10,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/podvisor/podvisor/internal/containerd"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
 )
 
 // An exit heard from containerd before the CRI reports it: the container is

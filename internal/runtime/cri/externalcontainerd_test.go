@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
-	"github.com/podvisor/podvisor/internal/pause"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/pause"
 	"github.com/podvisor/podvisor/test/images"
 )
 

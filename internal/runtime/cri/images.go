@@ -70,7 +70,7 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string) error {
 }
 
 // ImportImages is refused: CRI has no call to import an image. podvisor
-// imports into the containerd it runs through internal/containerd, which
+// imports into the containerd it runs through internal/runtime/containerd, which
 // speaks containerd's own API.
 func (r *Runtime) ImportImages(context.Context, io.Reader) ([]string, error) {
 	return nil, fmt.Errorf("import images: CRI has no import; images are imported through podvisor's containerd: %w", runtime.ErrInvalid)

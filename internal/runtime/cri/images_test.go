@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	imagemgr "github.com/podvisor/podvisor/internal/images"
-	"github.com/podvisor/podvisor/internal/pause"
+	imagemgr "github.com/podvisor/podvisor/internal/agent/images"
 	"github.com/podvisor/podvisor/internal/runtime"
+	"github.com/podvisor/podvisor/internal/runtime/pause"
 )
 
 // The agent's image manager over a real containerd: what upstream's

@@ -485,7 +485,7 @@ func TestANewRuntimeReadoptsContainersAndTheirExits(t *testing.T) {
 // containerd restarts under a running runtime: containers keep running,
 // an exit while it was down and one after it came back are both reported,
 // each with its own exit code. (On containerd 2.x the first needs
-// podvisor's shim: see internal/containerd/shim's exitKeeper. A 2.x built
+// podvisor's shim: see internal/runtime/containerd/shim's exitKeeper. A 2.x built
 // from PODVISOR_TEST_CONTAINERD_DIR with containerd's own shim reports
 // 255, Unknown.)
 func TestContainerdRestartLosesNoExit(t *testing.T) {

@@ -25,9 +25,9 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/podvisor/podvisor/internal/cli/version"
 	"github.com/podvisor/podvisor/internal/runtime"
 	"github.com/podvisor/podvisor/internal/runtime/eventqueue"
-	"github.com/podvisor/podvisor/internal/version"
 )
 
 // ShimBinaryName is the small shim built beside podvisor (cmd/podvisor-shim).

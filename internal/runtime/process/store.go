@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/podvisor/podvisor/internal/durable"
+	"github.com/podvisor/podvisor/internal/host/durable"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

@@ -18,7 +18,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 
-	"github.com/podvisor/podvisor/internal/disconnect"
+	"github.com/podvisor/podvisor/internal/agent/disconnect"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/podvisor/podvisor/internal/diskusage"
+	"github.com/podvisor/podvisor/internal/host/diskusage"
 	"github.com/podvisor/podvisor/internal/runtime"
 )
 

@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/podvisor/podvisor/internal/imagebuild"
+	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 	"github.com/podvisor/podvisor/test/images"
 )
 

@@ -1,0 +1,97 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/podvisor/podvisor/internal/agent/volume"
+	"github.com/podvisor/podvisor/internal/runtime"
+)
+
+// Volumes is the volume manager as the workers use it (volume.Manager):
+// a pod's volumes are set up before each container start, the mounts of
+// the container follow from them, and they are torn down when the pod
+// finishes.
+type Volumes interface {
+	Start(ctx context.Context)
+	SetUp(ctx context.Context, pod *v1.Pod, podDir string) (volume.Paths, error)
+	EnsureImages(ctx context.Context, pod *v1.Pod, c *v1.Container) (imageIDs map[string]string, err error)
+	Mounts(pod *v1.Pod, c *v1.Container, paths volume.Paths, imageIDs, env map[string]string, rt volume.Runtime) ([]runtime.Mount, error)
+	// Refresh rewrites the pod's API-data volumes now: an object changed.
+	Refresh(uid types.UID)
+	TearDown(podDir string)
+}
+
+var _ Volumes = (*volume.Manager)(nil)
+
+// newVolumes makes the volume manager of m, which reads the pods' objects
+// through m (watching them) and knows the pods from m's workers.
+func newVolumes(m *Manager) (*volume.Manager, error) {
+	cfg := volume.Config{
+		NodeName: m.cfg.NodeName, HostIP: m.cfg.HostIP, PodsDir: m.cfg.PodsDir,
+		Allocatable: m.cfg.Allocatable, Node: m.cfg.Node, Client: m.cfg.Client,
+		Objects: podObjectReader{m}, Pods: podView{m},
+		PullSecrets: m.pullSecrets, CatchUp: m.untilCaughtUp,
+		Recorder: m.cfg.Recorder, Clock: m.cfg.Clock, Log: m.cfg.Log,
+	}
+	if m.images != nil {
+		cfg.Images = m.images
+	}
+	return volume.New(cfg)
+}
+
+// podObjectReader reads a pod's ConfigMaps and Secrets through the manager,
+// which watches them for the pod.
+type podObjectReader struct{ m *Manager }
+
+func (o podObjectReader) ConfigMap(ctx context.Context, uid types.UID, ns, name string) (*v1.ConfigMap, error) {
+	return o.m.getConfigMap(ctx, uid, ns, name)
+}
+
+func (o podObjectReader) Secret(ctx context.Context, uid types.UID, ns, name string) (*v1.Secret, error) {
+	return o.m.getSecret(ctx, uid, ns, name)
+}
+
+// podView is the workers' pods as the volume manager sees them.
+type podView struct{ m *Manager }
+
+func (p podView) Pod(uid types.UID) (*v1.Pod, bool) {
+	w := p.m.worker(uid)
+	if w == nil {
+		return nil, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pod, !w.finished && !w.gone
+}
+
+func (p podView) Dirs() map[string]bool {
+	p.m.mu.Lock()
+	workers := make([]*worker, 0, len(p.m.workers))
+	for _, w := range p.m.workers {
+		workers = append(workers, w)
+	}
+	p.m.mu.Unlock()
+	dirs := make(map[string]bool, len(workers))
+	for _, w := range workers {
+		dirs[w.podDirName()] = true
+	}
+	return dirs
+}
+
+// waitingReason is the waiting reason of a container whose creation failed
+// with err, and whether the failure deserves a Failed event.
+func waitingReason(err error) (reason string, failedEvent bool) {
+	var me volume.MountError
+	var ce configError
+	switch {
+	case errors.As(err, &me):
+		return "ContainerCreating", false
+	case errors.As(err, &ce):
+		return "CreateContainerConfigError", true
+	}
+	return "RunContainerError", true
+}

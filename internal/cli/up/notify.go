@@ -1,0 +1,17 @@
+package up
+
+import (
+	"log/slog"
+
+	"github.com/podvisor/podvisor/internal/cli/service"
+)
+
+// notifyReady tells systemd (a Type=notify unit, 'podvisor install') that
+// podvisor is ready; outside systemd it does nothing.
+func notifyReady(log *slog.Logger, n service.Notifier, status string) {
+	if sent, err := n.Ready(status); err != nil {
+		log.Warn("telling systemd podvisor is ready", "err", err)
+	} else if sent {
+		log.Info("told systemd podvisor is ready")
+	}
+}
