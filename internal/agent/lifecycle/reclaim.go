@@ -1,6 +1,10 @@
 package lifecycle
 
-import v1 "k8s.io/api/core/v1"
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
 
 // The final delete of a pod (grace 0, by the agent) takes the pod out of
 // the API for good: whoever waits for it (a controller making the pod's
@@ -49,7 +53,13 @@ type Reclaim struct {
 
 // Reclaimed: the pod's termination is complete on the node.
 func (r Reclaim) Reclaimed() bool {
-	if !r.Done || r.SandboxCreating || r.ProcessesLeft || r.VolumesMounted {
+	return !r.ProcessesLeft && !r.VolumesMounted && r.stopped()
+}
+
+// stopped: every container and sandbox of the pod is stopped and none is
+// being made; processes may still be left in its cgroup.
+func (r Reclaim) stopped() bool {
+	if !r.Done || r.SandboxCreating {
 		return false
 	}
 	for _, sb := range r.Sandboxes {
@@ -64,4 +74,28 @@ func (r Reclaim) Reclaimed() bool {
 // is being deleted through the API and its resources are reclaimed.
 func MayDelete(pod *v1.Pod, r Reclaim) bool {
 	return pod.DeletionTimestamp != nil && r.Reclaimed()
+}
+
+// LeftProcessesGrace is how long processes may stay in the cgroup of a pod
+// whose containers and sandboxes are all stopped before the agent kills
+// them: the kernel ending a container's PID namespace takes a moment under
+// load, and a process that outlives that escaped its container.
+//
+// What escapes: containerd's shim left a container's `runc init` behind
+// when its task's creation failed after runc had made the container (the
+// next start after a containerd restart that found the task created but
+// not started, issue 25; podvisor's shim now deletes it, see
+// internal/runtime/containerd/shim). Such a process waits for good: the pod's cgroup
+// could never be removed and a pod being deleted would never be reclaimed.
+// The kubelet likewise kills what is left in a pod's cgroup before removing
+// it.
+const LeftProcessesGrace = 5 * time.Second
+
+// KillLeftProcesses says whether the processes left in the pod's cgroup are
+// to be killed now: every container and sandbox of the pod is stopped, and
+// processes have been left since leftSince (zero: not seen before) for
+// LeftProcessesGrace. A finished pod that is not being deleted counts too:
+// nothing of it may run.
+func KillLeftProcesses(r Reclaim, leftSince, now time.Time) bool {
+	return r.ProcessesLeft && r.stopped() && !leftSince.IsZero() && now.Sub(leftSince) >= LeftProcessesGrace
 }

@@ -48,3 +48,34 @@ func TestMayDelete(t *testing.T) {
 		})
 	}
 }
+
+func TestKillLeftProcesses(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
+	left := Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a", Stopped: true}}, ProcessesLeft: true}
+	tests := []struct {
+		name  string
+		r     Reclaim
+		since time.Time
+		want  bool
+	}{
+		{"left for the grace period", left, now.Add(-LeftProcessesGrace), true},
+		{"left for longer", left, now.Add(-time.Minute), true},
+		{"left for less: the kernel may still be ending them", left, now.Add(-LeftProcessesGrace + time.Millisecond), false},
+		{"first seen now", left, now, false},
+		{"never seen before", left, time.Time{}, false},
+		{"none left", Reclaim{Done: true, Sandboxes: left.Sandboxes}, now.Add(-time.Minute), false},
+		{"a container still running or stopping", Reclaim{Done: false, Sandboxes: left.Sandboxes, ProcessesLeft: true},
+			now.Add(-time.Minute), false},
+		{"the sandbox's stop has not returned", Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a"}}, ProcessesLeft: true},
+			now.Add(-time.Minute), false},
+		{"a sandbox being made", Reclaim{Done: true, Sandboxes: left.Sandboxes, SandboxCreating: true, ProcessesLeft: true},
+			now.Add(-time.Minute), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := KillLeftProcesses(tc.r, tc.since, now); got != tc.want {
+				t.Errorf("KillLeftProcesses = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -140,6 +140,50 @@ func TestManagerOnTheRealCgroups(t *testing.T) {
 	}
 }
 
+// What is left in a pod's cgroup, deep in a container's, is killed.
+func TestKillProcesses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	m, err := New("/sys/fs/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	parent := Parent(fmt.Sprintf("kill-%d", os.Getpid()), v1.PodQOSBestEffort)
+	t.Cleanup(func() { _ = m.Remove(parent) })
+	if err := m.Ensure(parent, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if pids, err := m.KillProcesses(parent); err != nil || len(pids) != 0 {
+		t.Fatalf("an empty pod cgroup: killed %v, %v", pids, err)
+	}
+	child := filepath.Join("/sys/fs/cgroup", parent, "ctr")
+	if !m.v2 {
+		child = filepath.Join("/sys/fs/cgroup/pids", parent, "ctr")
+	}
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sleep := exec.Command("sleep", "300")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleep.Process.Kill() })
+	if err := os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(fmt.Sprint(sleep.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := m.KillProcesses(parent)
+	if err != nil || len(pids) != 1 || pids[0] != sleep.Process.Pid {
+		t.Fatalf("killed %v, %v; want [%d]", pids, err, sleep.Process.Pid)
+	}
+	if err := sleep.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("sleep ended with %v, want killed", err)
+	}
+	if err := m.Remove(parent); err != nil {
+		t.Errorf("the pod cgroup after the kill: %v", err)
+	}
+}
+
 // cgroup v2 (this machine runs v1): on a file tree shaped as a v2 mount,
 // each level enables the controllers for the next, and the pod's cgroup
 // gets cpu.weight, cpu.max and memory.max.

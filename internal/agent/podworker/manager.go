@@ -110,6 +110,9 @@ type PodCgroups interface {
 	// Processes counts the tasks in the cgroup; an error for one that is
 	// gone.
 	Processes(parent string) (int64, error)
+	// KillProcesses kills every process in the cgroup and those below it,
+	// and returns their PIDs.
+	KillProcesses(parent string) ([]int, error)
 }
 
 // DNSConfig is KubeletConfiguration's clusterDNS, clusterDomain and

@@ -212,6 +212,8 @@ type cgroupWrite struct {
 
 func (c *podCgroupLog) Processes(string) (int64, error) { return 0, nil }
 
+func (c *podCgroupLog) KillProcesses(string) ([]int, error) { return nil, nil }
+
 func (c *podCgroupLog) Ensure(_ string, l podcgroup.Limits) error {
 	c.rt.mu.Lock()
 	n := len(c.rt.specs)

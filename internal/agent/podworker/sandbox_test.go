@@ -11,7 +11,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -237,17 +236,7 @@ func TestDeleteWaitsForTheSandboxStop(t *testing.T) {
 	}}
 	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt), Clock: clk,
 		Status: statuses, Recorder: record.NewFakeRecorder(100)})
-	pod := testPod("web")
-	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](0)
-	m.UpdatePod(pod)
-	waitFor(t, "the container running", func() bool {
-		list, _ := rt.List(context.Background())
-		return len(list) == 1 && list[0].State == runtime.StateRunning
-	})
-	deleting := pod.DeepCopy()
-	deleting.DeletionTimestamp = &metav1.Time{Time: clk.Now()}
-	deleting.DeletionGracePeriodSeconds = ptr.To[int64](0)
-	m.UpdatePod(deleting)
+	pod := runThenDelete(t, m, rt, clk, "web")
 	waitStatus(t, statuses, pod.UID, "the container stopped", func(st v1.PodStatus) bool {
 		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Terminated != nil
 	})

@@ -66,6 +66,9 @@ type worker struct {
 	// volumesUnmounted: the terminated pod's CSI volumes are torn down
 	// (unmountVolumes).
 	volumesUnmounted bool
+	// processesLeftSince: since when processes have been seen left in the
+	// pod's cgroup with its containers and sandboxes stopped; zero when none.
+	processesLeftSince time.Time
 
 	wake  chan struct{}
 	timer clock.Timer
@@ -330,10 +333,11 @@ func (w *worker) sync(ctx context.Context) {
 		// The final delete waits for the pod's termination to be complete
 		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
 		// again sandboxRetry later, and the delete follows then.
-		if r := w.reclaim(pod, plan); !gone && lifecycle.MayDelete(pod, r) {
+		r := w.reclaim(pod, plan)
+		if !gone && lifecycle.MayDelete(pod, r) {
 			w.m.cfg.Status.Set(pod, plan.Status, true)
-		} else if !gone && pod.DeletionTimestamp != nil && r.ProcessesLeft {
-			w.wakeAfter(processesLeftPoll) // no event says when they are gone
+		} else if !gone {
+			w.leftProcesses(pod, r, now)
 		}
 	} else {
 		w.stopOldSandboxes(ctx, pod)
@@ -357,7 +361,9 @@ func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
 	}
 	w.mu.Unlock()
-	if r.Reclaimed() && w.m.cfg.Cgroups != nil {
+	stopped := r
+	stopped.VolumesMounted = false // left processes are found (and killed) whatever the volumes
+	if stopped.Reclaimed() && w.m.cfg.Cgroups != nil {
 		// Only once the rest is done: the count is read from the cgroup.
 		n, err := w.m.cfg.Cgroups.Processes(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
 		r.ProcessesLeft = err == nil && n > 0
@@ -389,6 +395,31 @@ func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
 // processesLeftPoll is how often a terminated pod's cgroup is read again
 // while processes are left in it.
 const processesLeftPoll = 100 * time.Millisecond
+
+// leftProcesses notes the processes left in the cgroup of a pod whose
+// containers and sandboxes are stopped, kills them when lifecycle says
+// (a process that escaped its container, which would hold the pod's
+// deletion for good), and reads the cgroup again soon: no event says when
+// they are gone.
+func (w *worker) leftProcesses(pod *v1.Pod, r lifecycle.Reclaim, now time.Time) {
+	w.mu.Lock()
+	if !r.ProcessesLeft {
+		w.processesLeftSince = time.Time{}
+		w.mu.Unlock()
+		return
+	}
+	if w.processesLeftSince.IsZero() {
+		w.processesLeftSince = now
+	}
+	since := w.processesLeftSince
+	w.mu.Unlock()
+	if lifecycle.KillLeftProcesses(r, since, now) {
+		pids, err := w.m.cfg.Cgroups.KillProcesses(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
+		w.m.cfg.Log.Warn("killed processes left in the pod's cgroup after its containers and sandboxes stopped",
+			"pod", pod.Namespace+"/"+pod.Name, "pids", pids, "leftFor", now.Sub(since), "err", err)
+	}
+	w.wakeAfter(processesLeftPoll)
+}
 
 // finish removes everything of the pod from the node and ends the worker.
 func (w *worker) finish(ctx context.Context) {

@@ -4,9 +4,9 @@
 // so it should be small, and starting one should not initialise the whole
 // control plane that podvisor's binary carries. It builds with CGO_ENABLED=0.
 //
-// It is containerd's shim but for one answer (see exitKeeper): its task
-// service is registered here rather than by containerd's task/plugin
-// package.
+// It is containerd's shim but for one answer (see exitKeeper) and the
+// clean-up of a failed create (see createCleaner): its task service is
+// registered here rather than by containerd's task/plugin package.
 package shim
 
 import (
@@ -49,7 +49,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return exitKeeper{s}, nil
+			return exitKeeper{newCreateCleaner(s)}, nil
 		},
 	})
 }
