@@ -260,7 +260,7 @@ func TestObserveNeverGoesBackInState(t *testing.T) {
 	running := adoptedInstance(pod, "o-1", 0, runtime.StateRunning)
 	w.observe(exited)
 	w.observe(running)
-	if got := w.instances["c"][0].State; got != runtime.StateExited {
+	if got := w.instancesOf("c")[0].State; got != runtime.StateExited {
 		t.Fatalf("state = %v after a late running read, want exited", got)
 	}
 }

@@ -115,10 +115,10 @@ func (w *worker) forget(name, id string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list := w.instances[name]
+	list := w.instancesOf(name)
 	for i := 0; i < len(list)-2; i++ {
 		if list[i].ID == id {
-			w.instances[name] = append(list[:i:i], list[i+1:]...)
+			w.containerLocked(name).instances = append(list[:i:i], list[i+1:]...)
 			delete(w.instFacts, id)
 			return
 		}

@@ -87,7 +87,7 @@ func TestCollectContainersRemovesOlderDeadInstancesAndGonePods(t *testing.T) {
 	w := m.worker(pod.UID)
 	w.mu.Lock()
 	var records []string
-	for _, s := range w.instances["c"] {
+	for _, s := range w.instancesOf("c") {
 		records = append(records, s.ID)
 	}
 	w.mu.Unlock()

@@ -140,7 +140,7 @@ func (w *worker) takeUnstartedLocked(pod *v1.Pod) []unstartedInstance {
 		}
 		f.unstarted = false
 		name := f.container
-		list := w.instances[name]
+		list := w.instancesOf(name)
 		if n := len(list); n == 0 || list[n-1].ID != id || list[n-1].State != runtime.StateCreated || w.containerFactsOf(name).starting {
 			continue
 		}
@@ -222,7 +222,7 @@ func (w *worker) setWaiting(name, reason, msg string) {
 
 func (w *worker) killContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
 	w.mu.Lock()
-	list := w.instances[a.Container]
+	list := w.instancesOf(a.Container)
 	cf := w.containerLocked(a.Container)
 	if len(list) == 0 || cf.stopping {
 		w.mu.Unlock()
@@ -350,7 +350,7 @@ func (w *worker) isRunning(name, id string) bool {
 }
 
 func (w *worker) isRunningLocked(name, id string) bool {
-	for _, s := range w.instances[name] {
+	for _, s := range w.instancesOf(name) {
 		if s.ID == id {
 			return s.State == runtime.StateRunning
 		}
@@ -409,7 +409,7 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list := w.instances[container]
+	list := w.instancesOf(container)
 	idx := len(list) - 1
 	if previous {
 		idx = w.previousLocked(container, list)
@@ -424,7 +424,7 @@ func (m *Manager) LogPath(namespace, pod, container string, previous bool) (stri
 	exited := func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		for _, s := range w.instances[container] {
+		for _, s := range w.instancesOf(container) {
 			if s.ID == id {
 				return s.State == runtime.StateExited
 			}
@@ -460,7 +460,7 @@ func (w *worker) previousLocked(container string, list []runtime.Status) int {
 // again with SIGKILL at the new deadline (the shorter of the two wins).
 func (w *worker) shortenStopsLocked(pod *v1.Pod, grace time.Duration) {
 	for name, cf := range w.containers {
-		list := w.instances[name]
+		list := w.instancesOf(name)
 		if !cf.stopping || len(list) == 0 {
 			continue
 		}

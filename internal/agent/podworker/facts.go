@@ -7,15 +7,17 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/podvisor/podvisor/internal/agent/lifecycle"
+	"github.com/podvisor/podvisor/internal/runtime"
 )
 
-// containerFacts is what the worker records of one container (by name)
-// beyond its instances: the operation in flight on it and why it waits.
-// One record per container, so that a container's facts are added and
-// reset together and cannot fall out of step.
+// containerFacts is what the worker records of one container (by name):
+// its instances, the operation in flight on it and why it waits. One record
+// per container, so that a container's facts are added and reset together
+// and cannot fall out of step.
 type containerFacts struct {
-	starting     bool // a start (create, start, postStart) is under way
-	stopping     bool // a stop or a reset is under way
+	instances    []runtime.Status // the runtime's status of each, oldest first
+	starting     bool             // a start (create, start, postStart) is under way
+	stopping     bool             // a stop or a reset is under way
 	waiting      *v1.ContainerStateWaiting
 	waitingSince time.Time
 }
@@ -54,6 +56,26 @@ func (w *worker) containerLocked(name string) *containerFacts {
 		w.containers[name] = f
 	}
 	return f
+}
+
+// instancesOf is container's instances, oldest first; reading never makes a
+// record. Call with w.mu held.
+func (w *worker) instancesOf(name string) []runtime.Status {
+	if f := w.containers[name]; f != nil {
+		return f.instances
+	}
+	return nil
+}
+
+// hasInstancesLocked: some container of the pod has an instance. Call with
+// w.mu held.
+func (w *worker) hasInstancesLocked() bool {
+	for _, f := range w.containers {
+		if len(f.instances) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // instanceLocked is the record of an instance of container, made on first

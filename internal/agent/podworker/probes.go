@@ -23,7 +23,8 @@ func (w *worker) probeChangesLocked(pod *v1.Pod) []probeChange {
 		return nil
 	}
 	var out []probeChange
-	for name, list := range w.instances {
+	for name, cf := range w.containers {
+		list := cf.instances
 		for i, s := range list {
 			current := i == len(list)-1
 			f := w.factsOf(s.ID)

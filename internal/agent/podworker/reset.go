@@ -20,7 +20,7 @@ import (
 // container with no instance only forgets its failed start.
 func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Action) {
 	w.mu.Lock()
-	list := w.instances[a.Container]
+	list := w.instancesOf(a.Container)
 	cf := w.containerLocked(a.Container)
 	if cf.stopping {
 		w.mu.Unlock()
@@ -50,10 +50,9 @@ func (w *worker) resetContainer(ctx context.Context, pod *v1.Pod, a lifecycle.Ac
 		}
 		// The container is as never tried: no instance (so no probe
 		// verdict either), no waiting reason, no back-off.
-		delete(w.instances, a.Container)
 		delete(w.backoff, a.Container)
 		cf := w.containerLocked(a.Container)
-		cf.waiting, cf.waitingSince, cf.stopping = nil, time.Time{}, false
+		cf.instances, cf.waiting, cf.waitingSince, cf.stopping = nil, nil, time.Time{}, false
 		w.mu.Unlock()
 		w.m.cfg.Log.Info("container removed to restart all containers", "pod", pod.Namespace+"/"+pod.Name, "container", a.Container)
 	}()

@@ -125,7 +125,7 @@ func (w *worker) handleResize(pod *v1.Pod) {
 	// What runs now was made with the allocation it had: recorded before
 	// the allocation changes.
 	for name, r := range rec.Allocated {
-		list := w.instances[name]
+		list := w.instancesOf(name)
 		if len(list) == 0 {
 			continue
 		}
@@ -154,7 +154,7 @@ func (w *worker) resizeSnapshotLocked() lifecycle.Resize {
 		NotBefore: w.resizeNotBefore,
 	}
 	for name, a := range rec.Actuated {
-		if list := w.instances[name]; len(list) > 0 && list[len(list)-1].ID == a.ID {
+		if list := w.instancesOf(name); len(list) > 0 && list[len(list)-1].ID == a.ID {
 			r.Actuated[name] = a.Resources
 		}
 	}
@@ -182,7 +182,7 @@ func (w *worker) resizeContainers(ctx context.Context, pod *v1.Pod, actions []li
 	w.resizing = true
 	ids := map[string]string{}
 	for _, a := range actions {
-		if list := w.instances[a.Container]; len(list) > 0 {
+		if list := w.instancesOf(a.Container); len(list) > 0 {
 			ids[a.Container] = list[len(list)-1].ID
 		}
 	}

@@ -73,7 +73,7 @@ func (w *worker) buildSpec(ctx context.Context, pod *v1.Pod, c *v1.Container, at
 	w.mu.Lock()
 	sandbox, podIP := w.sandboxIDLocked(), w.podIPLocked()
 	targetName, target := ephemeralTarget(pod, c.Name), ""
-	if list := w.instances[targetName]; targetName != "" && len(list) > 0 && list[len(list)-1].State == runtime.StateRunning {
+	if list := w.instancesOf(targetName); targetName != "" && len(list) > 0 && list[len(list)-1].State == runtime.StateRunning {
 		target = list[len(list)-1].ID
 	}
 	w.mu.Unlock()

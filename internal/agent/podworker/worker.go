@@ -32,10 +32,9 @@ type worker struct {
 
 	mu          sync.Mutex
 	pod         *v1.Pod
-	gone        bool                        // the object is gone from the API
-	instances   map[string][]runtime.Status // by container name, oldest first
-	sandboxes   []runtime.SandboxStatus     // oldest first (sandbox.go)
-	sandboxBusy bool                        // a RunSandbox is under way
+	gone        bool                    // the object is gone from the API
+	sandboxes   []runtime.SandboxStatus // oldest first (sandbox.go)
+	sandboxBusy bool                    // a RunSandbox is under way
 	// sandboxRetryAt: no RunSandbox before then (the last one failed).
 	sandboxRetryAt time.Time
 	// sandboxStopped: sandboxes this worker stopped (their network
@@ -77,13 +76,13 @@ type worker struct {
 func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []runtime.SandboxStatus) *worker {
 	w := &worker{
 		m: m, uid: pod.UID, pod: pod,
-		instances:  map[string][]runtime.Status{},
 		containers: map[string]*containerFacts{}, instFacts: map[string]*instanceFacts{},
 		backoff: map[string]lifecycle.BackOffEntry{}, sandboxStopped: map[string]bool{},
 		wake: make(chan struct{}, 1),
 	}
 	for _, s := range adopted {
-		w.instances[s.Name] = append(w.instances[s.Name], s)
+		cf := w.containerLocked(s.Name)
+		cf.instances = append(cf.instances, s)
 		switch s.State {
 		case runtime.StateRunning:
 			w.instanceLocked(s.Name, s.ID).adopted = true
@@ -91,8 +90,8 @@ func newWorker(m *Manager, pod *v1.Pod, adopted []runtime.Status, sandboxes []ru
 			w.instanceLocked(s.Name, s.ID).unstarted = true
 		}
 	}
-	for name := range w.instances {
-		sortInstances(w.instances[name])
+	for _, cf := range w.containers {
+		sortInstances(cf.instances)
 	}
 	w.sandboxes = append(w.sandboxes, sandboxes...)
 	sortSandboxes(w.sandboxes)
@@ -153,12 +152,12 @@ func (w *worker) observe(st runtime.Status) {
 		w.mu.Unlock()
 		return // a late event of an instance a restart of all containers removed
 	}
-	list := w.instances[st.Name]
+	list := w.instancesOf(st.Name)
 	if !updateInstance(list, st) {
 		list = append(list, st)
 		sortInstances(list)
 	}
-	w.instances[st.Name] = list
+	w.containerLocked(st.Name).instances = list
 	if f.postStartCancel != nil && st.State == runtime.StateExited {
 		f.postStartCancel()
 	}
@@ -228,7 +227,7 @@ func (w *worker) sync(ctx context.Context) {
 	w.mu.Lock()
 	pod := w.pod
 	gone := w.gone
-	if w.rejected == nil && !gone && w.lastPhase == "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && len(w.instances) == 0 {
+	if w.rejected == nil && !gone && w.lastPhase == "" && pod.Status.Phase != v1.PodSucceeded && pod.Status.Phase != v1.PodFailed && !w.hasInstancesLocked() {
 		w.mu.Unlock()
 		if a := w.m.admit(pod); a != nil {
 			st := lifecycle.Rejected(pod, a.Reason, a.Message, now)
@@ -425,8 +424,8 @@ func (w *worker) leftProcesses(pod *v1.Pod, r lifecycle.Reclaim, now time.Time) 
 func (w *worker) finish(ctx context.Context) {
 	w.mu.Lock()
 	var ids []string
-	for _, list := range w.instances {
-		for _, s := range list {
+	for _, cf := range w.containers {
+		for _, s := range cf.instances {
 			ids = append(ids, s.ID)
 		}
 	}
@@ -469,7 +468,7 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 			Starting:     cf.starting,
 			Stopping:     cf.stopping,
 		}
-		list := w.instances[c.Name]
+		list := w.instancesOf(c.Name)
 		if n := len(list); n > 0 {
 			rec.Current = w.instance(list[n-1])
 			rec.ResizeRestart = w.factsOf(list[n-1].ID).resizeKilled
@@ -481,8 +480,8 @@ func (w *worker) snapshotLocked(now time.Time) lifecycle.Snapshot {
 	}
 	// The prober's verdicts count for a container's newest instance only.
 	probes := map[string]lifecycle.ProbeState{}
-	for name, list := range w.instances {
-		if n := len(list); n > 0 {
+	for name, cf := range w.containers {
+		if list, n := cf.instances, len(cf.instances); n > 0 {
 			if p := w.factsOf(list[n-1].ID).probe; p != nil {
 				probes[name] = *p
 			}
