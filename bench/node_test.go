@@ -43,6 +43,9 @@ var (
 	// runtimeFlag: whether the binary has --runtime (older builds run host
 	// processes only; newer ones default to containerd).
 	runtimeFlag bool
+	// serviceFlags: whether the binary runs a service proxy and cluster DNS
+	// (and has the flags that turn them off).
+	serviceFlags bool
 )
 
 // podvisorBinary returns the binary under test, building it on first use.
@@ -70,6 +73,7 @@ func podvisorBinary(b *testing.B) string {
 		help, _ := exec.Command(binaryPath, "up", "-h").CombinedOutput()
 		etcdFlags = bytes.Contains(help, []byte("etcd-client-port"))
 		runtimeFlag = bytes.Contains(help, []byte("-runtime"))
+		serviceFlags = bytes.Contains(help, []byte("disable-service-proxy"))
 	})
 	if binaryErr != nil {
 		b.Fatal(binaryErr)
@@ -110,6 +114,10 @@ type node struct {
 	readyIn   time.Duration // exec → ready line
 	client    *kubernetes.Clientset
 	cleanedUp bool
+	// services runs the node's service proxy and cluster DNS (serviceNode);
+	// other benchmarks run neither, as the e2e harness: kube-proxies of one
+	// network namespace would rewrite each other's tables.
+	services bool
 }
 
 type lockedBuffer struct {
@@ -159,6 +167,13 @@ func (n *node) start() {
 	}
 	if n.runtime == "containerd" {
 		args = append(args, "--cluster-cidr", nextClusterCIDR())
+	}
+	switch {
+	case !serviceFlags:
+	case n.services:
+		args = append(args, "--cluster-dns-port", fmt.Sprint(freePort(b)))
+	default:
+		args = append(args, "--disable-service-proxy=true", "--disable-cluster-dns=true")
 	}
 	n.cmd = exec.Command(n.binary, args...)
 	n.stderr = &lockedBuffer{}
@@ -363,8 +378,10 @@ func (n *node) keepLogs() {
 		n.b.Log(err)
 		return
 	}
-	_ = os.WriteFile(filepath.Join(dir, "podvisor.log"), []byte(n.stderr.String()), 0o644)
-	if data, err := os.ReadFile(filepath.Join(n.dataDir, "containerd", "containerd.log")); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, "containerd.log"), data, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "podvisor.stderr"), []byte(n.stderr.String()), 0o644)
+	for _, f := range []string{"containerd/containerd.log", "podvisor.log"} {
+		if data, err := os.ReadFile(filepath.Join(n.dataDir, f)); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644)
+		}
 	}
 }

@@ -22,13 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/controlplane"
-	"github.com/podvisor/podvisor/internal/serviceproxy"
+	"github.com/podvisor/podvisor/test/servicetraffic"
 )
-
-// serviceProxyLock is held, across test processes, by the one test that
-// runs a service proxy: kube-proxies of one network namespace would rewrite
-// each other's tables.
-const serviceProxyLock = "/tmp/podvisor-e2e-service-proxy.lock"
 
 // serviceProxyTest starts a containerd podvisor that runs its service
 // proxy, once no other test on this machine runs one, with the service
@@ -70,7 +65,7 @@ func serviceProxyTest(t *testing.T) *Podvisor {
 
 func lockServiceProxy(t *testing.T) {
 	t.Helper()
-	f, err := os.OpenFile(serviceProxyLock, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(servicetraffic.ProxyLock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +288,7 @@ func (p *Podvisor) getFromPod(t *testing.T, ns, pod string, n int, url string) (
 func (p *Podvisor) waitEndpointReady(t *testing.T, ns, service, pod string, ready bool) {
 	t.Helper()
 	Eventually(t, time.Minute, fmt.Sprintf("endpoint %s ready=%v in service %s", pod, ready, service), func() (bool, error) {
-		c, err := p.endpointConditions(ns, service, pod)
+		c, err := servicetraffic.EndpointConditions(context.Background(), p.Admin, ns, service, pod)
 		return c != nil && ptr.Deref(c.Ready, false) == ready, err
 	})
 }
@@ -348,62 +343,40 @@ func TestServiceProxyWithoutBackend(t *testing.T) {
 // and how long until the node's proxy rules no longer send it new
 // connections (issue 26 item 4). The figures are logged, not asserted: they
 // are the probe period, the endpoint controller and the proxy's sync on
-// this machine. PODVISOR_E2E_READINESS_TRIALS sets the number of flips (3).
+// this machine (BenchmarkServiceReadinessUnroute measures more flips).
+// PODVISOR_E2E_READINESS_TRIALS sets the number of flips (3).
 func readinessToRules(t *testing.T, p *Podvisor, ns, service, pod string) {
 	trials := 3
 	if n, err := strconv.Atoi(os.Getenv("PODVISOR_E2E_READINESS_TRIALS")); err == nil && n > 0 {
 		trials = n
 	}
-	b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+	log, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	mode := serviceproxy.IPTables
-	if strings.Contains(string(b), "mode=nftables") {
-		mode = serviceproxy.NFTables
 	}
 	po, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := netip.MustParseAddr(po.Status.PodIP)
-	healthz := func(what string) time.Time {
-		if _, errOut, code := p.kubectl(t, "", nil, "exec", "-n", ns, pod, "--", "/testserver", "get", "http://127.0.0.1:8080/healthz/"+what); code != 0 {
-			t.Fatalf("exec into %s: exit %d: %s", pod, code, errOut)
-		}
-		return time.Now()
-	}
+	backend := servicetraffic.Backend{Client: p.Admin, Mode: servicetraffic.ModeFromLog(string(log)),
+		Namespace: ns, Service: service, Pod: pod, IP: netip.MustParseAddr(po.Status.PodIP),
+		SetHealth: func(what string) error {
+			if _, errOut, code := p.kubectl(t, "", nil, "exec", "-n", ns, pod, "--", "/testserver", "get", "http://127.0.0.1:8080/healthz/"+what); code != 0 {
+				return fmt.Errorf("exec into %s: exit %d: %s", pod, code, errOut)
+			}
+			return nil
+		}}
 	var toSlice, toRules []time.Duration
 	for range trials {
-		failing := healthz("fail")
-		var sliceAt, rulesAt time.Time
-		deadline := failing.Add(time.Minute)
-		for (sliceAt.IsZero() || rulesAt.IsZero()) && time.Now().Before(deadline) {
-			if sliceAt.IsZero() {
-				if c, err := p.endpointConditions(ns, service, pod); err == nil && c != nil && !ptr.Deref(c.Ready, true) {
-					sliceAt = time.Now()
-				}
-			}
-			if rulesAt.IsZero() {
-				if routed, err := serviceproxy.RoutesTo(context.Background(), mode, ip); err == nil && !routed {
-					rulesAt = time.Now()
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
+		flip, err := backend.FlipOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if sliceAt.IsZero() || rulesAt.IsZero() {
-			t.Fatalf("a minute after %s's readiness began failing: EndpointSlice not ready at %v, rules unrouted at %v", pod, sliceAt, rulesAt)
-		}
-		toSlice = append(toSlice, sliceAt.Sub(failing))
-		toRules = append(toRules, rulesAt.Sub(failing))
-		healthz("ok")
-		p.waitEndpointReady(t, ns, service, pod, true)
-		Eventually(t, time.Minute, "rules routing to "+pod+" again", func() (bool, error) {
-			return serviceproxy.RoutesTo(context.Background(), mode, ip)
-		})
+		toSlice = append(toSlice, flip.ToSlice)
+		toRules = append(toRules, flip.ToRules)
 	}
 	slices.Sort(toSlice)
 	slices.Sort(toRules)
 	t.Logf("readiness failing → EndpointSlice not ready: %v; → %s rules no longer routing: %v (probe period 1 s, %d flips)",
-		toSlice, mode, toRules, trials)
+		toSlice, backend.Mode, toRules, trials)
 }
