@@ -32,10 +32,16 @@ type Backend struct {
 	SetHealth func(what string) error
 }
 
-// FlipOnce makes the backend's readiness fail, times the EndpointSlice and
-// the proxy rules following (a minute at most), then makes it pass again
-// and waits (a minute at most) until it is ready and routed once more.
+// FlipOnce waits (a minute at most) until the backend is ready and routed,
+// makes its readiness fail, times the EndpointSlice and the proxy rules
+// following (a minute at most), then makes it pass again and waits until it
+// is ready and routed once more.
 func (b Backend) FlipOnce(ctx context.Context) (Flip, error) {
+	// A pod just made ready may not be in the rules yet: timing from then
+	// would count the rules' first sync as an instant unroute.
+	if err := b.waitRouted(ctx); err != nil {
+		return Flip{}, err
+	}
 	if err := b.SetHealth("fail"); err != nil {
 		return Flip{}, err
 	}
@@ -62,18 +68,24 @@ func (b Backend) FlipOnce(ctx context.Context) (Flip, error) {
 	if err := b.SetHealth("ok"); err != nil {
 		return flip, err
 	}
+	return flip, b.waitRouted(ctx)
+}
+
+// waitRouted waits, a minute at most, until the backend's endpoint is ready
+// and the proxy's rules route to it.
+func (b Backend) waitRouted(ctx context.Context) error {
 	var last error
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		c, err := EndpointConditions(ctx, b.Client, b.Namespace, b.Service, b.Pod)
 		if err != nil || c == nil || !ptr.Deref(c.Ready, false) {
-			last = fmt.Errorf("endpoint not ready again (%v)", err)
+			last = fmt.Errorf("endpoint not ready (%v)", err)
 			continue
 		}
 		routed, err := serviceproxy.RoutesTo(ctx, b.Mode, b.IP)
 		if err == nil && routed {
-			return flip, nil
+			return nil
 		}
-		last = fmt.Errorf("ready, but not routed again (%v)", err)
+		last = fmt.Errorf("ready, but not routed (%v)", err)
 	}
-	return flip, fmt.Errorf("a minute after %s's readiness passed again: %v", b.Pod, last)
+	return fmt.Errorf("%s not ready and routed within a minute: %v", b.Pod, last)
 }
