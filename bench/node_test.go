@@ -46,6 +46,9 @@ var (
 	// serviceFlags: whether the binary runs a service proxy and cluster DNS
 	// (and has the flags that turn them off).
 	serviceFlags bool
+	// metricsPortFlag: whether the binary runs a metrics-server on a port
+	// that can be chosen (its default, 10260, is one per machine).
+	metricsPortFlag bool
 )
 
 // podvisorBinary returns the binary under test, building it on first use.
@@ -74,6 +77,7 @@ func podvisorBinary(b *testing.B) string {
 		etcdFlags = bytes.Contains(help, []byte("etcd-client-port"))
 		runtimeFlag = bytes.Contains(help, []byte("-runtime"))
 		serviceFlags = bytes.Contains(help, []byte("disable-service-proxy"))
+		metricsPortFlag = bytes.Contains(help, []byte("metrics-server-port"))
 	})
 	if binaryErr != nil {
 		b.Fatal(binaryErr)
@@ -167,6 +171,9 @@ func (n *node) start() {
 	}
 	if n.runtime == "containerd" {
 		args = append(args, "--cluster-cidr", nextClusterCIDR())
+	}
+	if metricsPortFlag {
+		args = append(args, "--metrics-server-port", fmt.Sprint(freePort(b)))
 	}
 	switch {
 	case !serviceFlags:

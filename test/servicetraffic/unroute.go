@@ -12,6 +12,10 @@ import (
 	"github.com/podvisor/podvisor/internal/serviceproxy"
 )
 
+// minSyncPeriod is kube-proxy's --min-sync-period, which podvisor leaves
+// at upstream's default.
+const minSyncPeriod = time.Second
+
 // Flip is one readiness failure, timed from when the pod's readiness began
 // failing.
 type Flip struct {
@@ -42,6 +46,11 @@ func (b Backend) FlipOnce(ctx context.Context) (Flip, error) {
 	if err := b.waitRouted(ctx); err != nil {
 		return Flip{}, err
 	}
+	// kube-proxy syncs at most once per min-sync-period (1 s, upstream's
+	// default): right after the sync that routed the pod, a failure would
+	// wait out the rest of that second. Measured after it, as a failure
+	// long after the last change of the Service meets the proxy.
+	time.Sleep(minSyncPeriod + time.Second)
 	if err := b.SetHealth("fail"); err != nil {
 		return Flip{}, err
 	}
