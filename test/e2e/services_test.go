@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/serviceproxy"
 	"github.com/podvisor/podvisor/test/servicetraffic"
 )
 
@@ -183,6 +184,49 @@ func TestServices(t *testing.T) {
 		})
 	})
 
+	t.Run("a Service selecting nothing is rejected at once", func(t *testing.T) {
+		// Bad input, not an error to the API: upstream's proxy rejects new
+		// connections to a Service without endpoints (no timeout, nothing
+		// sent on), and the node is not affected.
+		empty, err := p.Admin.CoreV1().Services(ns).Create(ctx, &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "selects-nothing"},
+			Spec: v1.ServiceSpec{Selector: map[string]string{"app": "no-such-app"},
+				Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Where each backend rejects a Service without endpoints.
+		list, want := []string{"nft", "list", "map", "ip", "kube-proxy", "no-endpoint-services"}, empty.Spec.ClusterIP+" . tcp . 80"
+		if servicetraffic.ModeFromLog(string(log)) != serviceproxy.NFTables {
+			list, want = []string{"iptables", "-t", "filter", "-S", "KUBE-SERVICES"}, "-d "+empty.Spec.ClusterIP+"/32"
+		}
+		Eventually(t, time.Minute, "a rule rejecting "+empty.Spec.ClusterIP+" in "+strings.Join(list, " "), func() (bool, error) {
+			out, err := exec.Command(list[0], list[1:]...).Output()
+			return strings.Contains(string(out), want), err
+		})
+		// The client sees the rejection at once; in this harness the
+		// service CIDR's unreachable route answers first (no route to
+		// host), on a node without it the proxy's reject (refused).
+		emptyURL := fmt.Sprintf("http://%s/hostname", net.JoinHostPort(empty.Spec.ClusterIP, "80"))
+		out, _, _ := p.kubectl(t, "", nil, "exec", "-n", ns, "client", "--", "/testserver", "get", emptyURL)
+		if !strings.Contains(out, "connection refused") && !strings.Contains(out, "no route to host") {
+			t.Errorf("GET %s from a pod: %q; want it refused at once", emptyURL, out)
+		}
+		node, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+		if err != nil || !nodeReady(node) {
+			t.Fatalf("node not Ready: %v %v", err, node)
+		}
+		// The Deployment's Service still answers.
+		if answers, err := p.getFromPod(t, ns, "client", 3, url); len(answers) != 3 {
+			t.Fatalf("web after the empty Service: %v (%v)", answers, err)
+		}
+	})
+
 	t.Run("readiness failure to endpoint removal to proxy rules, measured", func(t *testing.T) {
 		readinessToRules(t, p, ns, "web", backends[1])
 	})
@@ -314,7 +358,7 @@ func envValue(out, name string) string {
 
 // TestServiceProxyWithoutBackend: a node whose kernel tools the proxy
 // cannot use (neither nft nor iptables on PATH) says so in one log line and
-// stays Ready.
+// a Warning Event on the Node, and stays Ready.
 func TestServiceProxyWithoutBackend(t *testing.T) {
 	// It should program nothing; the lock makes sure that, if it did, it
 	// would not fight another test's proxy.
@@ -327,6 +371,20 @@ func TestServiceProxyWithoutBackend(t *testing.T) {
 	Eventually(t, time.Minute, "the service proxy's error in podvisor.log", func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
 		return strings.Contains(string(b), `level=ERROR msg="service proxy not started: Service IPs do not route on this node" component=service-proxy err="no usable service proxy backend: nftables unusable (no nft command on PATH) and no iptables command on PATH"`), err
+	})
+	// And on the Node, for `kubectl get events`.
+	Eventually(t, time.Minute, "a "+serviceproxy.FailedReason+" event on the Node", func() (bool, error) {
+		evs, err := p.Admin.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + serviceproxy.FailedReason})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == p.NodeName && e.Type == v1.EventTypeWarning &&
+				strings.Contains(e.Message, "no iptables command on PATH") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d such events", len(evs.Items))
 	})
 	node, err := p.Admin.CoreV1().Nodes().Get(context.Background(), p.NodeName, metav1.GetOptions{})
 	if err != nil {
