@@ -43,6 +43,12 @@ var (
 	// runtimeFlag: whether the binary has --runtime (older builds run host
 	// processes only; newer ones default to containerd).
 	runtimeFlag bool
+	// serviceFlags: whether the binary runs a service proxy and cluster DNS
+	// (and has the flags that turn them off).
+	serviceFlags bool
+	// metricsPortFlag: whether the binary runs a metrics-server on a port
+	// that can be chosen (its default, 10260, is one per machine).
+	metricsPortFlag bool
 )
 
 // podvisorBinary returns the binary under test, building it on first use.
@@ -70,6 +76,8 @@ func podvisorBinary(b *testing.B) string {
 		help, _ := exec.Command(binaryPath, "up", "-h").CombinedOutput()
 		etcdFlags = bytes.Contains(help, []byte("etcd-client-port"))
 		runtimeFlag = bytes.Contains(help, []byte("-runtime"))
+		serviceFlags = bytes.Contains(help, []byte("disable-service-proxy"))
+		metricsPortFlag = bytes.Contains(help, []byte("metrics-server-port"))
 	})
 	if binaryErr != nil {
 		b.Fatal(binaryErr)
@@ -110,6 +118,10 @@ type node struct {
 	readyIn   time.Duration // exec → ready line
 	client    *kubernetes.Clientset
 	cleanedUp bool
+	// services runs the node's service proxy and cluster DNS (serviceNode);
+	// other benchmarks run neither, as the e2e harness: kube-proxies of one
+	// network namespace would rewrite each other's tables.
+	services bool
 }
 
 type lockedBuffer struct {
@@ -159,6 +171,16 @@ func (n *node) start() {
 	}
 	if n.runtime == "containerd" {
 		args = append(args, "--cluster-cidr", nextClusterCIDR())
+	}
+	if metricsPortFlag {
+		args = append(args, "--metrics-server-port", fmt.Sprint(freePort(b)))
+	}
+	switch {
+	case !serviceFlags:
+	case n.services:
+		args = append(args, "--cluster-dns-port", fmt.Sprint(freePort(b)))
+	default:
+		args = append(args, "--disable-service-proxy=true", "--disable-cluster-dns=true")
 	}
 	n.cmd = exec.Command(n.binary, args...)
 	n.stderr = &lockedBuffer{}
@@ -363,8 +385,10 @@ func (n *node) keepLogs() {
 		n.b.Log(err)
 		return
 	}
-	_ = os.WriteFile(filepath.Join(dir, "podvisor.log"), []byte(n.stderr.String()), 0o644)
-	if data, err := os.ReadFile(filepath.Join(n.dataDir, "containerd", "containerd.log")); err == nil {
-		_ = os.WriteFile(filepath.Join(dir, "containerd.log"), data, 0o644)
+	_ = os.WriteFile(filepath.Join(dir, "podvisor.stderr"), []byte(n.stderr.String()), 0o644)
+	for _, f := range []string{"containerd/containerd.log", "podvisor.log"} {
+		if data, err := os.ReadFile(filepath.Join(n.dataDir, f)); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644)
+		}
 	}
 }

@@ -60,8 +60,11 @@ const (
 // curl and OpenBSD's nc (netcat-openbsd): upstream's agnhost has alpine's
 // bind-tools, curl and netcat-openbsd, and glibc-dns-testing Debian's
 // dnsutils. The specs run them with options busybox's stand-ins lack: the
-// DNS probes' dig, curl --interface and --connect-timeout, nc -u.
-var netToolBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/curl", "/bin/nc.openbsd"}
+// DNS probes' dig, curl --interface and --connect-timeout, nc -u. And
+// glibc's getent, which busybox has no applet for: the DNS specs' /etc/hosts
+// probes run `getent hosts NAME` (alpine's musl getent in upstream's agnhost,
+// Debian's in glibc-dns-testing).
+var netToolBinaries = []string{"/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/host", "/usr/bin/curl", "/bin/nc.openbsd", "/usr/bin/getent"}
 
 // bashStaticBinary is Debian's bash-static, the sh of the images with
 // network tools.
@@ -106,6 +109,10 @@ func buildImages(repo, cache string, log io.Writer, wide bool) ([]string, error)
 	withNetTools := maps.Clone(base)
 	maps.Copy(withNetTools, netTools)
 	// Before busybox's nc, wherever a PATH lookup would find that.
+	// glibc without an nsswitch.conf asks DNS before /etc/hosts and stops
+	// at its NXDOMAIN: a pod's own short name, which only its hosts file
+	// has, would never resolve. Debian's order.
+	withNetTools["etc/nsswitch.conf"] = file{mode: 0o644, data: []byte("hosts: files dns\n")}
 	withNetTools["usr/bin/nc"] = file{link: "/bin/nc.openbsd"}
 	withNetTools["bin/nc"] = file{link: "/bin/nc.openbsd"}
 	// Debian's busybox sh runs its own applet for any name it has one for

@@ -15,6 +15,7 @@ import (
 
 	"github.com/miekg/dns"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -80,9 +81,35 @@ func TestContainerdClusterDNS(t *testing.T) {
 	}
 	p := NewContainerdPodvisor(t, "--config", kubeletConfig(t, "resolvConf: "+resolv+"\n"))
 	p.ClusterDNS = true
+	// The node starts with a data-dir fragment that does not parse: there
+	// is no last good configuration yet, so it serves the cluster's names
+	// without the customizations, says so on the Node, and stays Ready.
+	fragments := filepath.Join(p.DataDir, "coredns")
+	badFragment := filepath.Join(fragments, "broken.override")
+	if err := os.MkdirAll(fragments, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(badFragment, []byte("rewrite name {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	p.Start()
 	ctx := context.Background()
 	ns := p.Namespace("dns")
+	waitUntil(t, time.Minute, "an InvalidDNSConfiguration event on the Node", func() (bool, string) {
+		evs, err := p.Admin.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "reason=InvalidDNSConfiguration"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == p.NodeName && strings.Contains(e.Message, "serving without the customizations") {
+				return true, e.Message
+			}
+		}
+		return false, fmt.Sprintf("%d such events", len(evs.Items))
+	})
+	if node, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{}); err != nil || !nodeReady(node) {
+		t.Fatalf("node %s not Ready with a bad DNS fragment: %v %v", p.NodeName, err, node)
+	}
 
 	// The Service, as k3s and kubeadm make it, and this node's endpoint.
 	var server string
@@ -127,6 +154,11 @@ func TestContainerdClusterDNS(t *testing.T) {
 	if r, err := hostQuery(fmt.Sprintf("127.0.0.1:%d", p.DNSPort), "kubernetes.default.svc.cluster.local."); err == nil {
 		t.Errorf("the DNS answers on loopback, not only on the node's address: %v", r)
 	}
+	// Fixed (here: removed), the fragment's absence is read within 10 s;
+	// the ConfigMap's stub zone below needs the whole configuration.
+	if err := os.Remove(badFragment); err != nil {
+		t.Fatal(err)
+	}
 
 	// Two pods behind a Service and a headless Service; web-0 has a
 	// hostname and the headless Service as subdomain.
@@ -153,6 +185,13 @@ func TestContainerdClusterDNS(t *testing.T) {
 		if _, err := p.Admin.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An ExternalName that is not a DNS name never reaches the DNS: the
+	// API refuses it, naming the field.
+	_, err := p.Admin.CoreV1().Services(ns).Create(ctx, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "bad-ext"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeExternalName, ExternalName: "not a name!"}}, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.externalName") {
+		t.Errorf("creating an ExternalName Service of %q: %v; want Invalid on spec.externalName", "not a name!", err)
 	}
 	web, err := p.Admin.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {

@@ -23,12 +23,8 @@ import (
 
 	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
+	"github.com/podvisor/podvisor/test/servicetraffic"
 )
-
-// serviceProxyLock is held, across test processes, by the one test that
-// runs a service proxy: kube-proxies of one network namespace would rewrite
-// each other's tables.
-const serviceProxyLock = "/tmp/podvisor-e2e-service-proxy.lock"
 
 // serviceProxyTest starts a containerd podvisor that runs its service
 // proxy, once no other test on this machine runs one, with the service
@@ -70,7 +66,7 @@ func serviceProxyTest(t *testing.T) *Podvisor {
 
 func lockServiceProxy(t *testing.T) {
 	t.Helper()
-	f, err := os.OpenFile(serviceProxyLock, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(servicetraffic.ProxyLock, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +184,49 @@ func TestServices(t *testing.T) {
 		})
 	})
 
+	t.Run("a Service selecting nothing is rejected at once", func(t *testing.T) {
+		// Bad input, not an error to the API: upstream's proxy rejects new
+		// connections to a Service without endpoints (no timeout, nothing
+		// sent on), and the node is not affected.
+		empty, err := p.Admin.CoreV1().Services(ns).Create(ctx, &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "selects-nothing"},
+			Spec: v1.ServiceSpec{Selector: map[string]string{"app": "no-such-app"},
+				Ports: []v1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		log, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Where each backend rejects a Service without endpoints.
+		list, want := []string{"nft", "list", "map", "ip", "kube-proxy", "no-endpoint-services"}, empty.Spec.ClusterIP+" . tcp . 80"
+		if servicetraffic.ModeFromLog(string(log)) != serviceproxy.NFTables {
+			list, want = []string{"iptables", "-t", "filter", "-S", "KUBE-SERVICES"}, "-d "+empty.Spec.ClusterIP+"/32"
+		}
+		Eventually(t, time.Minute, "a rule rejecting "+empty.Spec.ClusterIP+" in "+strings.Join(list, " "), func() (bool, error) {
+			out, err := exec.Command(list[0], list[1:]...).Output()
+			return strings.Contains(string(out), want), err
+		})
+		// The client sees the rejection at once; in this harness the
+		// service CIDR's unreachable route answers first (no route to
+		// host), on a node without it the proxy's reject (refused).
+		emptyURL := fmt.Sprintf("http://%s/hostname", net.JoinHostPort(empty.Spec.ClusterIP, "80"))
+		out, _, _ := p.kubectl(t, "", nil, "exec", "-n", ns, "client", "--", "/testserver", "get", emptyURL)
+		if !strings.Contains(out, "connection refused") && !strings.Contains(out, "no route to host") {
+			t.Errorf("GET %s from a pod: %q; want it refused at once", emptyURL, out)
+		}
+		node, err := p.Admin.CoreV1().Nodes().Get(ctx, p.NodeName, metav1.GetOptions{})
+		if err != nil || !nodeReady(node) {
+			t.Fatalf("node not Ready: %v %v", err, node)
+		}
+		// The Deployment's Service still answers.
+		if answers, err := p.getFromPod(t, ns, "client", 3, url); len(answers) != 3 {
+			t.Fatalf("web after the empty Service: %v (%v)", answers, err)
+		}
+	})
+
 	t.Run("readiness failure to endpoint removal to proxy rules, measured", func(t *testing.T) {
 		readinessToRules(t, p, ns, "web", backends[1])
 	})
@@ -293,7 +332,7 @@ func (p *Podvisor) getFromPod(t *testing.T, ns, pod string, n int, url string) (
 func (p *Podvisor) waitEndpointReady(t *testing.T, ns, service, pod string, ready bool) {
 	t.Helper()
 	Eventually(t, time.Minute, fmt.Sprintf("endpoint %s ready=%v in service %s", pod, ready, service), func() (bool, error) {
-		c, err := p.endpointConditions(ns, service, pod)
+		c, err := servicetraffic.EndpointConditions(context.Background(), p.Admin, ns, service, pod)
 		return c != nil && ptr.Deref(c.Ready, false) == ready, err
 	})
 }
@@ -319,7 +358,7 @@ func envValue(out, name string) string {
 
 // TestServiceProxyWithoutBackend: a node whose kernel tools the proxy
 // cannot use (neither nft nor iptables on PATH) says so in one log line and
-// stays Ready.
+// a Warning Event on the Node, and stays Ready.
 func TestServiceProxyWithoutBackend(t *testing.T) {
 	// It should program nothing; the lock makes sure that, if it did, it
 	// would not fight another test's proxy.
@@ -332,6 +371,20 @@ func TestServiceProxyWithoutBackend(t *testing.T) {
 	Eventually(t, time.Minute, "the service proxy's error in podvisor.log", func() (bool, error) {
 		b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
 		return strings.Contains(string(b), `level=ERROR msg="service proxy not started: Service IPs do not route on this node" component=service-proxy err="no usable service proxy backend: nftables unusable (no nft command on PATH) and no iptables command on PATH"`), err
+	})
+	// And on the Node, for `kubectl get events`.
+	Eventually(t, time.Minute, "a "+serviceproxy.FailedReason+" event on the Node", func() (bool, error) {
+		evs, err := p.Admin.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{FieldSelector: "reason=" + serviceproxy.FailedReason})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == p.NodeName && e.Type == v1.EventTypeWarning &&
+				strings.Contains(e.Message, "no iptables command on PATH") {
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("%d such events", len(evs.Items))
 	})
 	node, err := p.Admin.CoreV1().Nodes().Get(context.Background(), p.NodeName, metav1.GetOptions{})
 	if err != nil {
@@ -348,62 +401,40 @@ func TestServiceProxyWithoutBackend(t *testing.T) {
 // and how long until the node's proxy rules no longer send it new
 // connections (issue 26 item 4). The figures are logged, not asserted: they
 // are the probe period, the endpoint controller and the proxy's sync on
-// this machine. PODVISOR_E2E_READINESS_TRIALS sets the number of flips (3).
+// this machine (BenchmarkServiceReadinessUnroute measures more flips).
+// PODVISOR_E2E_READINESS_TRIALS sets the number of flips (3).
 func readinessToRules(t *testing.T, p *Podvisor, ns, service, pod string) {
 	trials := 3
 	if n, err := strconv.Atoi(os.Getenv("PODVISOR_E2E_READINESS_TRIALS")); err == nil && n > 0 {
 		trials = n
 	}
-	b, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+	log, err := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
 	if err != nil {
 		t.Fatal(err)
-	}
-	mode := serviceproxy.IPTables
-	if strings.Contains(string(b), "mode=nftables") {
-		mode = serviceproxy.NFTables
 	}
 	po, err := p.Admin.CoreV1().Pods(ns).Get(context.Background(), pod, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ip := netip.MustParseAddr(po.Status.PodIP)
-	healthz := func(what string) time.Time {
-		if _, errOut, code := p.kubectl(t, "", nil, "exec", "-n", ns, pod, "--", "/testserver", "get", "http://127.0.0.1:8080/healthz/"+what); code != 0 {
-			t.Fatalf("exec into %s: exit %d: %s", pod, code, errOut)
-		}
-		return time.Now()
-	}
+	backend := servicetraffic.Backend{Client: p.Admin, Mode: servicetraffic.ModeFromLog(string(log)),
+		Namespace: ns, Service: service, Pod: pod, IP: netip.MustParseAddr(po.Status.PodIP),
+		SetHealth: func(what string) error {
+			if _, errOut, code := p.kubectl(t, "", nil, "exec", "-n", ns, pod, "--", "/testserver", "get", "http://127.0.0.1:8080/healthz/"+what); code != 0 {
+				return fmt.Errorf("exec into %s: exit %d: %s", pod, code, errOut)
+			}
+			return nil
+		}}
 	var toSlice, toRules []time.Duration
 	for range trials {
-		failing := healthz("fail")
-		var sliceAt, rulesAt time.Time
-		deadline := failing.Add(time.Minute)
-		for (sliceAt.IsZero() || rulesAt.IsZero()) && time.Now().Before(deadline) {
-			if sliceAt.IsZero() {
-				if c, err := p.endpointConditions(ns, service, pod); err == nil && c != nil && !ptr.Deref(c.Ready, true) {
-					sliceAt = time.Now()
-				}
-			}
-			if rulesAt.IsZero() {
-				if routed, err := serviceproxy.RoutesTo(context.Background(), mode, ip); err == nil && !routed {
-					rulesAt = time.Now()
-				}
-			}
-			time.Sleep(20 * time.Millisecond)
+		flip, err := backend.FlipOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if sliceAt.IsZero() || rulesAt.IsZero() {
-			t.Fatalf("a minute after %s's readiness began failing: EndpointSlice not ready at %v, rules unrouted at %v", pod, sliceAt, rulesAt)
-		}
-		toSlice = append(toSlice, sliceAt.Sub(failing))
-		toRules = append(toRules, rulesAt.Sub(failing))
-		healthz("ok")
-		p.waitEndpointReady(t, ns, service, pod, true)
-		Eventually(t, time.Minute, "rules routing to "+pod+" again", func() (bool, error) {
-			return serviceproxy.RoutesTo(context.Background(), mode, ip)
-		})
+		toSlice = append(toSlice, flip.ToSlice)
+		toRules = append(toRules, flip.ToRules)
 	}
 	slices.Sort(toSlice)
 	slices.Sort(toRules)
 	t.Logf("readiness failing → EndpointSlice not ready: %v; → %s rules no longer routing: %v (probe period 1 s, %d flips)",
-		toSlice, mode, toRules, trials)
+		toSlice, backend.Mode, toRules, trials)
 }

@@ -89,8 +89,9 @@ func hasForeign(dir string, entries []os.DirEntry) bool {
 		switch e.Name() {
 		// images/ is the air-gap folder and registries.yaml the registry
 		// mirrors (internal/runtime/containerd), manifests/ the objects applied at
-		// start (internal/cluster/manifests), all written before the first start.
-		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml", "manifests":
+		// start (internal/cluster/manifests), coredns/ the node's DNS fragments
+		// (internal/cluster/clusterdns), all written before the first start.
+		case "podvisor.log", "pki", "kubeconfigs", "admin.kubeconfig", "images", "registries.yaml", "manifests", "coredns":
 		case "containerd":
 			// Only containerd/root: a filesystem of its own for the
 			// images, mounted there before the first start.

@@ -8,13 +8,20 @@ import (
 )
 
 // What a user puts in a data dir before its first start (the air-gap
-// images folder, registries.yaml) makes no foreign dir; anything else does.
+// images folder, registries.yaml, DNS fragments) makes no foreign dir; anything else does.
 func TestOpenANewDirWithWhatUsersPrepare(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "images"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "registries.yaml"), []byte("mirrors: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The node's DNS fragments (docs/supported.md, Cluster DNS).
+	if err := os.MkdirAll(filepath.Join(dir, "coredns"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "coredns", "corp.server"), []byte("corp.example {\n}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The mount point of a filesystem of its own for containerd's images.

@@ -94,7 +94,13 @@ func Run(ctx context.Context, cfg Config) {
 		}
 		p := Params{Addr: cfg.Addr, Port: cfg.Port, ClusterDomain: cfg.ClusterDomain, Kubeconfig: cfg.Kubeconfig,
 			Upstream: upstream, Custom: custom}
-		did, err := srv.Apply(Corefile(p))
+		base := p
+		base.Custom = Custom{}
+		did, fellBack, err := srv.ApplyOr(Corefile(p), Corefile(base))
+		if fellBack {
+			log.Info("cluster DNS serving, without the customizations", "addr", netip.AddrPortFrom(cfg.Addr, uint16(cfg.Port)).String(),
+				"upstream", upstream)
+		}
 		if err != nil {
 			if err.Error() != lastErr {
 				log.Error("DNS configuration rejected", "err", err)

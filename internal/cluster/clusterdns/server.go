@@ -48,6 +48,29 @@ func (s *Server) Apply(corefile string) (bool, error) {
 	return true, nil
 }
 
+// ApplyOr serves corefile, or, when it fails and nothing serves yet (a bad
+// user fragment already there when the node starts), serves fallback (the
+// configuration without the user's fragments): there is then no last good
+// configuration to keep, and the cluster's names must still answer. The
+// error is corefile's; fellBack says fallback serves.
+func (s *Server) ApplyOr(corefile, fallback string) (changed, fellBack bool, err error) {
+	changed, err = s.Apply(corefile)
+	if err == nil || s.Serving() {
+		return changed, false, err
+	}
+	if _, ferr := s.Apply(fallback); ferr != nil {
+		return false, false, fmt.Errorf("%w; without the customizations too: %v", err, ferr)
+	}
+	return true, true, fmt.Errorf("%w (serving without the customizations)", err)
+}
+
+// Serving reports whether a configuration serves.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inst != nil
+}
+
 // Stop stops serving.
 func (s *Server) Stop() {
 	s.mu.Lock()

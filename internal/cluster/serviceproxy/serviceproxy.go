@@ -44,7 +44,7 @@ func Run(ctx context.Context, cfg Config) {
 	log := cfg.Log.With("component", "service-proxy")
 	mode, why, err := ChooseMode(probeHost(ctx))
 	if err != nil {
-		log.Error("service proxy not started: Service IPs do not route on this node", "err", err)
+		reportFailure(ctx, cfg, log, "service proxy not started: Service IPs do not route on this node", err)
 		return
 	}
 	log.Info("service proxy mode", "mode", mode, "reason", why)
@@ -54,14 +54,14 @@ func Run(ctx context.Context, cfg Config) {
 	}
 	opts, err := options(args(cfg, mode, ownOOMScoreAdj()))
 	if err != nil {
-		log.Error("service proxy not started", "err", err)
+		reportFailure(ctx, cfg, log, "service proxy not started: Service IPs do not route on this node", err)
 		return
 	}
 	log.Info("service proxy starting", "node", cfg.NodeName, "clusterCIDR", cfg.ClusterCIDR)
 	// kube-proxy's informers run on wait.NeverStop and its server never
 	// returns once running: it ends with the process, as podvisor's does.
 	if err := opts.Run(ctx); err != nil && ctx.Err() == nil {
-		log.Error("service proxy stopped: Service IPs no longer follow the API on this node", "err", err)
+		reportFailure(ctx, cfg, log, "service proxy stopped: Service IPs no longer follow the API on this node", err)
 	}
 }
 

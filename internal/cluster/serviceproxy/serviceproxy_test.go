@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestArgs(t *testing.T) {
@@ -53,5 +54,17 @@ func TestOptionsAcceptArgs(t *testing.T) {
 	}
 	if _, err := options([]string{"--proxy-mode=carrier-pigeon"}); err == nil {
 		t.Error("an unknown proxy mode was accepted")
+	}
+}
+
+// A proxy that does not route says so on its Node, where `kubectl get
+// events` and `kubectl describe node` show it.
+func TestFailureEvent(t *testing.T) {
+	now := time.Date(2026, 11, 29, 1, 2, 3, 4, time.UTC)
+	ev := failureEvent("n1", "service proxy not started: no iptables", now)
+	if ev.Namespace != "default" || ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "n1" ||
+		ev.Type != "Warning" || ev.Reason != FailedReason || ev.Message != "service proxy not started: no iptables" ||
+		!ev.LastTimestamp.Time.Equal(now) || ev.Count != 1 || !strings.HasPrefix(ev.Name, "n1.") {
+		t.Errorf("failureEvent = %+v", ev)
 	}
 }

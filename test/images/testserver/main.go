@@ -27,6 +27,9 @@
 //	dns-lookup SERVER|- NAME
 //	                      resolves NAME through resolv.conf's search path,
 //	                      sending every query to SERVER ("-": resolv.conf's)
+//	dns-bench [--duration D] [--concurrency N] SERVER NAME TYPE
+//	                      the same question over and over; prints queries
+//	                      a second and latency quantiles
 //
 // Every line it prints goes to stdout, so tests read it from the container log.
 package main
@@ -53,7 +56,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|load URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester|dns|dns-lookup")
+		fmt.Fprintln(os.Stderr, "usage: testserver serve|get URL|load URL|grpc-health|pause|hog BYTES|fail N|sleep D|stop-signal|entrypoint-tester|dns|dns-lookup|dns-bench")
 		os.Exit(2)
 	}
 	args := os.Args[2:]
@@ -83,6 +86,8 @@ func main() {
 		dnsQuery(args)
 	case "dns-lookup":
 		dnsLookup(args)
+	case "dns-bench":
+		dnsBench(args)
 	default:
 		fmt.Fprintf(os.Stderr, "testserver: unknown mode %q\n", os.Args[1])
 		os.Exit(2)
