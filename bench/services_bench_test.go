@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/agent/lifecycle"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/test/images"
 	"github.com/podvisor/podvisor/test/servicetraffic"
 )

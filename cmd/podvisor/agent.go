@@ -12,7 +12,7 @@ import (
 	"github.com/podvisor/podvisor/internal/agent"
 
 	"github.com/podvisor/podvisor/internal/cli/up"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // agentFlags defines agent's flags into o and hashes (--ca-cert-hash).

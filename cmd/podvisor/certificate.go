@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/podvisor/podvisor/internal/cli/datadir"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 const certificateUsage = `Usage: podvisor certificate rotate [--data-dir DIR]

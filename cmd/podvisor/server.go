@@ -11,7 +11,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/up"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 const serverUsage = `Usage: podvisor server [flags]

@@ -9,7 +9,7 @@ import (
 	"syscall"
 
 	"github.com/podvisor/podvisor/internal/agent"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/up"

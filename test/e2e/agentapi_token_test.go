@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // agentAPI is an HTTPS client of a podvisor's agent API that trusts the

@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
+	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/test/servicetraffic"
 )
 

@@ -16,7 +16,7 @@ import (
 )
 
 // Identities admitted without asking the API server: the kube-apiserver's
-// kubelet client certificate (internal/cluster/controlplane/pki.go; kubeadm's has
+// kubelet client certificate (internal/controlplane/pki.go; kubeadm's has
 // the same CN) and cluster administrators.
 const (
 	apiserverClientCN = "kube-apiserver-kubelet-client"

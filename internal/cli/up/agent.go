@@ -17,8 +17,8 @@ import (
 	"github.com/podvisor/podvisor/internal/agent/node"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/service"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // AgentOptions are the flags of `podvisor agent`: a node agent joining a

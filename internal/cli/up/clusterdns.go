@@ -14,7 +14,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agent/config"
 	"github.com/podvisor/podvisor/internal/cluster/clusterdns"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // DefaultClusterDNSPort is where a node's DNS listens on the node's

@@ -12,8 +12,8 @@ import (
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
 	"github.com/podvisor/podvisor/internal/cli/datadir"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/metricsserver"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // MetricsServerOptions are the flags of the embedded metrics-server (k3s's

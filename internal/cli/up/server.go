@@ -15,8 +15,8 @@ import (
 	"github.com/podvisor/podvisor/internal/agent/node"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/service"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/etcdsnapshot"
+	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // ServerOptions are the flags of `podvisor server`: the control plane

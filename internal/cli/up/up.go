@@ -27,9 +27,9 @@ import (
 	"github.com/podvisor/podvisor/internal/agent/node"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/service"
-	"github.com/podvisor/podvisor/internal/cluster/controlplane"
 	"github.com/podvisor/podvisor/internal/cluster/etcdsnapshot"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
+	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/host/freeport"
 )
 

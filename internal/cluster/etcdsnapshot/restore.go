@@ -14,7 +14,7 @@ import (
 )
 
 // Member says how the restored etcd is named and reached; it must match
-// the embedded etcd's configuration (internal/cluster/controlplane).
+// the embedded etcd's configuration (internal/controlplane).
 type Member struct {
 	Name     string // etcd member name
 	PeerURL  string // its peer URL
