@@ -79,7 +79,7 @@ func (c *cluster) start(clusterCIDR string, registries []byte) error {
 		"--etcd-peer-port", strconv.Itoa(ports[2]), "--metrics-server-port", strconv.Itoa(ports[3]),
 		"--cluster-cidr", clusterCIDR)
 	var err error
-	c.server, err = startDaemon("podvisor server", server, filepath.Join(c.logDir, "podvisor-server.log"),
+	c.server, err = startDaemon("podvisor server", server, filepath.Join(c.logDir, "podvisor-server.stderr"),
 		"podvisor server is ready: export KUBECONFIG="+c.kubeconfig())
 	if err != nil {
 		return err
@@ -108,7 +108,7 @@ func (c *cluster) start(clusterCIDR string, registries []byte) error {
 		cmd := c.lab.Command(i, c.bin, append(args, "--node-name", a.name, "--data-dir", a.dataDir,
 			"--config", cfg, "--cluster-cidr", clusterCIDR)...)
 		wg.Go(func() {
-			a.daemon, errs[i] = startDaemon("agent "+a.name, cmd, filepath.Join(c.logDir, "podvisor-"+a.name+".log"),
+			a.daemon, errs[i] = startDaemon("agent "+a.name, cmd, filepath.Join(c.logDir, "podvisor-"+a.name+".stderr"),
 				"podvisor agent is ready: node "+a.name)
 		})
 	}
@@ -194,13 +194,15 @@ func (c *cluster) stop(logf func(string, ...any)) {
 		deletePods(c.kubeconfig(), logf)
 	}
 	for _, a := range c.agents {
-		if a.daemon == nil {
-			continue
+		// An agent that failed to start was stopped by startDaemon, and
+		// may have left its containerd all the same.
+		if a.daemon != nil {
+			if a.running() {
+				purgeSandboxes(criEndpoint(a.dataDir), logf)
+			}
+			a.terminate(logf)
 		}
-		if a.running() {
-			purgeSandboxes(criEndpoint(a.dataDir), logf)
-		}
-		a.terminate(logf)
+		c.keepLog(a.dataDir, "podvisor-"+a.name+".log", logf)
 		if out, err := c.lab.Command(a.machine, c.bin, "reset", "--data-dir", a.dataDir).CombinedOutput(); err != nil {
 			logf("node %s: podvisor reset: %v\n%s", a.name, err, out)
 		}
@@ -208,5 +210,18 @@ func (c *cluster) stop(logf func(string, ...any)) {
 	}
 	if c.server != nil {
 		c.server.terminate(logf)
+	}
+	c.keepLog(c.serverDir(), "podvisor-server.log", logf)
+}
+
+// keepLog copies the podvisor.log of dataDir (its components' logs) into
+// the results as name: the data dir goes with the work directory.
+func (c *cluster) keepLog(dataDir, name string, logf func(string, ...any)) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "podvisor.log"))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(c.logDir, name), b, 0o644)
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		logf("keeping %s: %v", name, err)
 	}
 }

@@ -215,14 +215,15 @@ func importImages(bin, dataDir string, tars []string, log io.Writer) error {
 // SIGTERM, and shims, mounts, state and the pod network of its containerd
 // are removed.
 func (p *podvisor) stop(logf func(string, ...any)) {
-	if p.daemon == nil {
-		return
+	// A podvisor that failed to start was stopped by startDaemon, and may
+	// have left its containerd's state all the same.
+	if p.daemon != nil {
+		if p.running() {
+			deletePods(p.kubeconfig(), logf)
+			purgeSandboxes(p.criEndpoint(), logf)
+		}
+		p.terminate(logf)
 	}
-	if p.running() {
-		deletePods(p.kubeconfig(), logf)
-		purgeSandboxes(p.criEndpoint(), logf)
-	}
-	p.terminate(logf)
 	removeContainerd(p.dataDir)
 	removePodNetwork(p.dataDir)
 	// The service proxy leaves its rules when it stops, as upstream's does
