@@ -1,7 +1,7 @@
 // Command conformance runs the upstream Kubernetes v1.36.3 e2e specs
 // against a podvisor of its own, offline:
 //
-//	go -C test/conformance run . [-suite node|conformance] [-fast | -focus REGEX] [-procs N] [-keep] [-out DIR]
+//	go -C test/conformance run . [-suite node|conformance] [-fast | -focus REGEX] [-procs N] [-nodes N] [-keep] [-out DIR]
 //
 // It builds podvisor, the e2e test binary of the suite (./suite: sig-node;
 // ./e2e: every SIG) and the images the specs run, under their upstream
@@ -13,8 +13,10 @@
 // [Serial] specs in a lane of their own after the parallel one; writes the
 // JUnit reports and the e2e log in Sonobuoy's results layout, ginkgo's JSON
 // reports and a summary, and prints per-area counts; and stops podvisor,
-// removing everything it started. It must run as root, as podvisor's
-// containerd runtime does.
+// removing everything it started. With -nodes N (N ≥ 2) the specs run
+// against a `podvisor server` and N joined agents in network namespaces
+// instead (cluster.go). It must run as root, as podvisor's containerd
+// runtime does.
 package main
 
 import (
