@@ -206,6 +206,7 @@ require (
 	github.com/petermattis/goid v0.0.0-20260226131333-17d1149c6ac6 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
+	github.com/podvisor/podvisor/test/netlab v0.0.0
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.70.1
@@ -346,3 +347,5 @@ replace (
 	go.etcd.io/etcd/server/v3 => go.etcd.io/etcd/server/v3 v3.6.8
 	go.etcd.io/raft/v3 => go.etcd.io/raft/v3 v3.6.0
 )
+
+replace github.com/podvisor/podvisor/test/netlab => ./test/netlab
