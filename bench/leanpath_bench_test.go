@@ -25,6 +25,7 @@ package bench
 // namespace removal) is counted apart.
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -62,10 +63,13 @@ func BenchmarkLeanPathPrimitives(b *testing.B) {
 			name += "-no-seccomp"
 		}
 		b.Run(name, func(b *testing.B) {
-			bin, err := exec.LookPath(rt)
+			// PODVISOR_BENCH_RUNC / PODVISOR_BENCH_CRUN name another build.
+			bin, err := exec.LookPath(cmp.Or(os.Getenv("PODVISOR_BENCH_"+strings.ToUpper(rt)), rt))
 			if err != nil {
 				b.Skipf("%s is not installed (Debian package %s)", rt, rt)
 			}
+			version, _ := exec.Command(bin, "--version").Output()
+			b.Logf("%s: %s", bin, strings.SplitN(string(version), "\n", 2)[0])
 			if rt == "crun" && hybridWithV2Controllers() {
 				// crun 1.8 refuses to run anything there, even with its
 				// cgroup manager disabled.
