@@ -2,10 +2,12 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -172,4 +174,66 @@ func (n *node) podUIDs(ns string) []types.UID {
 		out = append(out, p.UID)
 	}
 	return out
+}
+
+// apiRequests counts the API server's requests by verb, resource and
+// subresource (apiserver_request_total), to tell what a burst asked of it.
+func (n *node) apiRequests() map[string]float64 {
+	raw, err := n.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		n.b.Logf("API server metrics: %v", err)
+		return nil
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				l[k] = strings.Trim(val, `"`)
+			}
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		out[key] += v
+	}
+	return out
+}
+
+// apiRequestsRow is the requests between two readings, per pod, most first.
+func apiRequestsRow(before, after map[string]float64, pods int) (string, float64) {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	total := 0.0
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			all = append(all, kv{k, d})
+			total += d
+		}
+	}
+	slices.SortFunc(all, func(a, b kv) int { return cmp.Compare(b.v, a.v) })
+	var parts []string
+	for i, e := range all {
+		if i == 8 {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f", e.k, e.v/float64(pods)))
+	}
+	return fmt.Sprintf("API requests of the burst per pod: %.1f (%s)", total/float64(pods), strings.Join(parts, ", ")), total / float64(pods)
 }

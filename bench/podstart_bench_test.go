@@ -116,7 +116,7 @@ func BenchmarkPodStart(b *testing.B) {
 	for i := range pods {
 		pods[i] = n.shPod(ns, fmt.Sprintf("sleep-%03d", i), v1.RestartPolicyAlways, "sleep 3600")
 	}
-	cpu0 := n.cpu()
+	cpu0, api0 := n.cpu(), n.apiRequests()
 	b.ResetTimer()
 	start := time.Now()
 	created := n.createAll(pods)
@@ -128,6 +128,7 @@ func BenchmarkPodStart(b *testing.B) {
 	})
 	b.StopTimer()
 	burstCPU := n.cpu().since(cpu0, n.podUIDs(ns))
+	apiRow, apiPerPod := apiRequestsRow(api0, n.apiRequests(), startPods)
 
 	mu.Lock()
 	var fromCreate, fromStamp, toScheduled, toAgent []time.Duration
@@ -188,6 +189,7 @@ func BenchmarkPodStart(b *testing.B) {
 	b.ReportMetric(stackPss(idleAgent, idle), "idle-stack-pss-MiB")
 	b.ReportMetric(stackPss(agent, busy), "stack-pss-MiB")
 	burstCPU.report(b, startPods)
+	b.ReportMetric(apiPerPod, "api-requests/pod")
 	memRow := func(what string, count int, m memKB, cpu time.Duration) string {
 		return fmt.Sprintf("| %s | %d | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
 			what, count, cpu, mib(m.rss), mib(m.anon), mib(m.file), mib(m.pss))
@@ -203,6 +205,7 @@ func BenchmarkPodStart(b *testing.B) {
 		row("create call → agent's first status", newDist(toAgent)),
 		"",
 		burstCPU.row(startPods),
+		apiRow,
 		"",
 		fmt.Sprintf("with %d pods running (after %v settling, over %v):", startPods, settleTime, window.Round(time.Second)),
 		"| process | count | CPU (% of one core) | CPU time over its life | VmRSS | RssAnon | RssFile | Pss |",
