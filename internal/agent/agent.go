@@ -368,6 +368,7 @@ func (a *Agent) newAPI() error {
 		ResourceMetrics: resourceMetrics,
 		Shutdown:        a.shutdown.Handler(),
 		Timeline:        a.timeline,
+		Profiling:       a.cfg.Kubelet.ProfilingHandler,
 		// Other users, as the kubelet's webhook authorization: RBAC on nodes/proxy, nodes/log…
 		Authorizer: &agentapi.SubjectAccessReviews{Client: a.client, NodeName: a.cfg.NodeName},
 		// Bearer tokens (service accounts scraping), as the kubelet's webhook

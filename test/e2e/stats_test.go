@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -197,5 +198,23 @@ func TestStatsSummaryAndResourceMetrics(t *testing.T) {
 	}
 	if v, ok := value("scrape_error", nil); !ok || v != 0 {
 		t.Errorf("scrape_error = %v (%v), want 0", v, ok)
+	}
+}
+
+// The agent's Go profiles, through the API server's node proxy as the
+// kubelet's (enableProfilingHandler, on by default): what `go tool pprof`
+// reads to see where the agent's memory and CPU go.
+func TestNodeProxyServesTheAgentsProfiles(t *testing.T) {
+	t.Parallel()
+	p := Shared(t)
+	for path, want := range map[string]string{
+		"debug/pprof/heap":      "# runtime.MemStats",
+		"debug/pprof/goroutine": "goroutine profile:",
+	} {
+		raw, err := p.Admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", p.NodeName, "proxy", path).
+			Param("debug", "1").DoRaw(context.Background())
+		if err != nil || !strings.Contains(string(raw), want) {
+			t.Errorf("GET nodes/%s/proxy/%s: %v, %.300q (want %q)", p.NodeName, path, err, raw, want)
+		}
 	}
 }

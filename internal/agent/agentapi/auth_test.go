@@ -214,3 +214,27 @@ func TestTokensIgnoredWithoutTokenReviews(t *testing.T) {
 		t.Errorf("token without TokenReviews configured: %d, want 401", code)
 	}
 }
+
+// The profiles are the kubelet's debugging handlers: nodes/proxy, and
+// only where profiling is on.
+func TestProfilingHandlerNeedsProxyAndCanBeTurnedOff(t *testing.T) {
+	az := &recordingAuthorizer{allow: map[string]bool{"profiler get proxy": true}}
+	ts := startServer(t, func(c *Config) { c.Authorizer = az; c.Profiling = true })
+	profiler := ts.ca.issue("profiler", nil, x509.ExtKeyUsageClientAuth)
+	viewer := ts.ca.issue("viewer", nil, x509.ExtKeyUsageClientAuth)
+	if code, body := get(t, ts.client(&profiler), ts.url+"/debug/pprof/heap?debug=1"); code != http.StatusOK || !strings.Contains(body, "heap profile:") {
+		t.Errorf("heap with get nodes/proxy: %d %.200q", code, body)
+	}
+	if code, body := get(t, ts.client(&profiler), ts.url+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+		t.Errorf("index: %d %.200q", code, body)
+	}
+	if code, body := get(t, ts.client(&viewer), ts.url+"/debug/pprof/heap"); code != http.StatusForbidden ||
+		!strings.Contains(body, "subresource=proxy") {
+		t.Errorf("heap without nodes/proxy: %d %q", code, body)
+	}
+
+	off := startServer(t, nil)
+	if code, _ := get(t, off.apiserver(), off.url+"/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Errorf("heap with profiling off: %d, want 404", code)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	v1 "k8s.io/api/core/v1"
@@ -48,6 +49,15 @@ func (s *Server) handler() http.Handler {
 			json.NewEncoder(w).Encode(s.cfg.Timeline.Summaries())
 		})
 		mux.Handle("GET /timeline-ui/", timeline.Web())
+	}
+	if s.cfg.Profiling {
+		// The agent's heap, goroutines, CPU and trace, for `kubectl get
+		// --raw /api/v1/nodes/NODE/proxy/debug/pprof/heap` and go tool pprof.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	if s.cfg.Streams != nil {
 		s.streamingRoutes(mux)

@@ -55,7 +55,10 @@ type Config struct {
 	// JSON, or ?format=trace for Chrome's trace event format) and the page
 	// at /timeline-ui/.
 	Timeline Timelines
-	Clock    clock.Clock // optional: "now" for sinceSeconds
+	// Profiling serves Go's runtime profiles under /debug/pprof/, as the
+	// kubelet's profiling handler (enableProfilingHandler).
+	Profiling bool
+	Clock     clock.Clock // optional: "now" for sinceSeconds
 	// TokenReviews, optional, authenticates requests without a client
 	// certificate by their bearer token (a TokenReview, answers cached
 	// TokenCacheTTL as the kubelet's webhook authentication); without it

@@ -84,6 +84,10 @@ type Config struct {
 	ContainerLogMaxFiles        int32
 	ContainerLogMaxWorkers      int32
 	ContainerLogMonitorInterval time.Duration
+	// ProfilingHandler serves Go's profiles under /debug/pprof/ on the
+	// agent API (authorized as nodes/proxy): enableDebuggingHandlers and
+	// enableProfilingHandler, both true by default as the kubelet's.
+	ProfilingHandler bool
 }
 
 // implemented lists the top-level fields podvisor honours; any other field set
@@ -101,6 +105,7 @@ var implemented = map[string]bool{
 	"imagePullCredentialsVerificationPolicy": true, "preloadedImagesVerificationAllowlist": true,
 	"containerLogMaxSize": true, "containerLogMaxFiles": true, "containerLogMaxWorkers": true, "containerLogMonitorInterval": true,
 	"imageGCHighThresholdPercent": true, "imageGCLowThresholdPercent": true, "imageMinimumGCAge": true, "imageMaximumGCAge": true,
+	"enableDebuggingHandlers": true, "enableProfilingHandler": true,
 }
 
 // Default is the configuration used without --config.
@@ -126,6 +131,7 @@ func Default() Config {
 		ContainerLogMonitorInterval: 10 * time.Second,
 
 		LocalStorageCapacityIsolation: true,
+		ProfilingHandler:              true,
 	}
 }
 
@@ -229,6 +235,9 @@ func apply(cfg *Config, kc *kubeletv1beta1.KubeletConfiguration) error {
 	if kc.LocalStorageCapacityIsolation != nil {
 		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
 	}
+	// As the kubelet: the profiles are among the debugging handlers.
+	cfg.ProfilingHandler = (kc.EnableDebuggingHandlers == nil || *kc.EnableDebuggingHandlers) &&
+		(kc.EnableProfilingHandler == nil || *kc.EnableProfilingHandler)
 	if err := applyImagePulls(cfg, kc); err != nil {
 		return err
 	}

@@ -181,3 +181,21 @@ func TestContainerLogRotation(t *testing.T) {
 		}
 	}
 }
+
+func TestProfilingHandler(t *testing.T) {
+	for _, tt := range []struct {
+		file string
+		want bool
+	}{
+		{"", true},
+		{"enableProfilingHandler: true\n", true},
+		{"enableProfilingHandler: false\n", false},
+		{"enableDebuggingHandlers: false\n", false},
+		{"enableDebuggingHandlers: false\nenableProfilingHandler: true\n", false},
+	} {
+		cfg, ignored, err := Load(write(t, header+tt.file))
+		if err != nil || len(ignored) != 0 || cfg.ProfilingHandler != tt.want {
+			t.Errorf("%q: ProfilingHandler %v (ignored %v, %v), want %v", tt.file, cfg.ProfilingHandler, ignored, err, tt.want)
+		}
+	}
+}
