@@ -25,7 +25,9 @@ type Volumes interface {
 	// Unmount unpublishes (and unstages) the pod's CSI volumes once it
 	// has terminated; the final delete waits for it to succeed.
 	Unmount(ctx context.Context, podDir string) error
-	TearDown(podDir string)
+	// TearDown empties the pod's directory of mounts and reports whether
+	// it may be removed (not while a CSI volume could not be unpublished).
+	TearDown(podDir string) bool
 }
 
 var _ Volumes = (*volume.Manager)(nil)
@@ -71,19 +73,7 @@ func (p podView) Pod(uid types.UID) (*v1.Pod, bool) {
 	return w.pod, !w.finished && !w.gone
 }
 
-func (p podView) Dirs() map[string]bool {
-	p.m.mu.Lock()
-	workers := make([]*worker, 0, len(p.m.workers))
-	for _, w := range p.m.workers {
-		workers = append(workers, w)
-	}
-	p.m.mu.Unlock()
-	dirs := make(map[string]bool, len(workers))
-	for _, w := range workers {
-		dirs[w.podDirName()] = true
-	}
-	return dirs
-}
+func (p podView) Dirs() map[string]bool { return p.m.knownPodDirs() }
 
 // waitingReason is the waiting reason of a container whose creation failed
 // with err, and whether the failure deserves a Failed event.
