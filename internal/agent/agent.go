@@ -345,9 +345,9 @@ func (a *Agent) newAdmission() error {
 // the figures the eviction manager acts on.
 func (a *Agent) newAPI() error {
 	stats := &nodestats.Source{NodeName: a.cfg.NodeName, NodeStart: nodestats.BootTime(), Host: a.host(),
-		Pods: a.workers.Pods, Stats: a.podMeter().Stats}
+		Pods: a.workers.Pods, Stats: a.podMeter().Stats, Volumes: a.workers.VolumeStats}
 	resourceMetrics := prometheus.NewRegistry()
-	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.Summary})
+	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.CPUAndMemory})
 	var err error
 	a.api, err = agentapi.New(agentapi.Config{
 		Addr:               net.JoinHostPort("", strconv.Itoa(a.cfg.AgentPort)),
@@ -361,7 +361,7 @@ func (a *Agent) newAPI() error {
 		Metrics:            a.metrics,
 		Summary: func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary {
 			if onlyCPUAndMemory {
-				return nodestats.CPUAndMemory(stats.Summary(ctx))
+				return stats.CPUAndMemory(ctx)
 			}
 			return stats.Summary(ctx)
 		},

@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/podvisor/podvisor/internal/agent/volume"
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -28,9 +29,19 @@ type Volumes interface {
 	// TearDown empties the pod's directory of mounts and reports whether
 	// it may be removed (not while a CSI volume could not be unpublished).
 	TearDown(podDir string) bool
+	// CSIVolumeStats are the usage of the pod's CSI volumes as their
+	// drivers report it, for the summary API.
+	CSIVolumeStats(ctx context.Context, pod *v1.Pod, podDir string) []statsapi.VolumeStats
 }
 
 var _ Volumes = (*volume.Manager)(nil)
+
+// VolumeStats are the usage of the pod's volumes that the volume manager
+// measures beyond the eviction manager's emptyDirs: CSI volumes whose
+// drivers report it.
+func (m *Manager) VolumeStats(ctx context.Context, pod *v1.Pod) []statsapi.VolumeStats {
+	return m.vols.CSIVolumeStats(ctx, pod, m.PodDir(pod))
+}
 
 // newVolumes makes the volume manager of m, which reads the pods' objects
 // through m (watching them) and knows the pods from m's workers.
