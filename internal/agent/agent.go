@@ -461,7 +461,8 @@ func (a *Agent) cleanupOrphans(ctx context.Context) (pending int) {
 	return a.workers.CleanupOrphans(cctx)
 }
 
-// retryCleanupOrphans goes on while the API cannot confirm that a pod is gone.
+// retryCleanupOrphans goes on while the API cannot confirm that a pod is
+// gone, or a gone pod's CSI volumes wait for their driver to register.
 func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		select {

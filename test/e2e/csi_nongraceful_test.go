@@ -132,6 +132,13 @@ func TestCSINonGracefulShutdown(t *testing.T) {
 		}
 	}
 	lab.Restart(t, a)
+	// Its first clean-up ran before it was ready, without the driver: the
+	// mounts are left for the driver, not detached behind its back.
+	for _, mp := range []string{publishedA.Target, stagedA.Staging} {
+		if !slices.Contains(mounts.Points(), mp) {
+			t.Errorf("%s unmounted by %s before its driver registered", mp, a.Node)
+		}
+	}
 	dA.start()
 	Eventually(t, 3*time.Minute, "the stale mounts of "+a.Node+" gone", func() (bool, error) {
 		pts := mounts.Points()
