@@ -118,6 +118,9 @@ type node struct {
 	readyIn   time.Duration // exec → ready line
 	client    *kubernetes.Clientset
 	cleanedUp bool
+	// cg holds podvisor and what it starts (cgroupcpu_test.go); nil
+	// where the benchmark cannot make one (not root).
+	cg *cpuCgroup
 	// services runs the node's service proxy and cluster DNS (serviceNode);
 	// other benchmarks run neither, as the e2e harness: kube-proxies of one
 	// network namespace would rewrite each other's tables.
@@ -193,6 +196,14 @@ func (n *node) start() {
 	started := time.Now()
 	if err := n.cmd.Start(); err != nil {
 		b.Fatal(err)
+	}
+	if cg, err := newCPUCgroup(fmt.Sprintf("podvisor-bench-%d", n.cmd.Process.Pid)); err != nil {
+		b.Logf("no CPU accounting of the node's processes: %v", err)
+	} else if err := cg.add(n.cmd.Process.Pid); err != nil {
+		b.Logf("no CPU accounting of the node's processes: %v", err)
+		_ = cg.remove()
+	} else {
+		n.cg = cg
 	}
 	go func() {
 		s := bufio.NewScanner(out)
@@ -284,6 +295,11 @@ func (n *node) cleanup() {
 	killLeftovers(n.dataDir)
 	if n.runtime == "containerd" {
 		n.removeContainerdState()
+	}
+	if n.cg != nil {
+		if err := n.cg.remove(); err != nil {
+			n.b.Logf("node cgroup: %v", err)
+		}
 	}
 }
 

@@ -116,6 +116,7 @@ func BenchmarkPodStart(b *testing.B) {
 	for i := range pods {
 		pods[i] = n.shPod(ns, fmt.Sprintf("sleep-%03d", i), v1.RestartPolicyAlways, "sleep 3600")
 	}
+	cpu0 := n.cpu()
 	b.ResetTimer()
 	start := time.Now()
 	created := n.createAll(pods)
@@ -126,6 +127,7 @@ func BenchmarkPodStart(b *testing.B) {
 		return fmt.Sprintf("all %d pods running (%d are)", startPods, len(running))
 	})
 	b.StopTimer()
+	burstCPU := n.cpu().since(cpu0, n.podUIDs(ns))
 
 	mu.Lock()
 	var fromCreate, fromStamp, toScheduled, toAgent []time.Duration
@@ -185,6 +187,7 @@ func BenchmarkPodStart(b *testing.B) {
 	b.ReportMetric(ms(shimSet.cpu)/k, "cpu-ms/shim")
 	b.ReportMetric(stackPss(idleAgent, idle), "idle-stack-pss-MiB")
 	b.ReportMetric(stackPss(agent, busy), "stack-pss-MiB")
+	burstCPU.report(b, startPods)
 	memRow := func(what string, count int, m memKB, cpu time.Duration) string {
 		return fmt.Sprintf("| %s | %d | | %v | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB |",
 			what, count, cpu, mib(m.rss), mib(m.anon), mib(m.file), mib(m.pss))
@@ -198,6 +201,8 @@ func BenchmarkPodStart(b *testing.B) {
 		row("creationTimestamp (1 s precision) → all running", s),
 		row("create call → scheduled (nodeName set)", newDist(toScheduled)),
 		row("create call → agent's first status", newDist(toAgent)),
+		"",
+		burstCPU.row(startPods),
 		"",
 		fmt.Sprintf("with %d pods running (after %v settling, over %v):", startPods, settleTime, window.Round(time.Second)),
 		"| process | count | CPU (% of one core) | CPU time over its life | VmRSS | RssAnon | RssFile | Pss |",

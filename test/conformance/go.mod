@@ -109,6 +109,7 @@ require (
 	github.com/opencontainers/selinux v1.13.1 // indirect
 	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
+	github.com/podvisor/podvisor/test/netlab v0.0.0
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
 	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
@@ -251,3 +252,5 @@ tool (
 	k8s.io/kubernetes/test/images/agnhost
 	k8s.io/sample-apiserver
 )
+
+replace github.com/podvisor/podvisor/test/netlab => ../netlab

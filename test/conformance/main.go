@@ -1,7 +1,7 @@
 // Command conformance runs the upstream Kubernetes v1.36.3 e2e specs
 // against a podvisor of its own, offline:
 //
-//	go -C test/conformance run . [-suite node|conformance] [-fast | -focus REGEX] [-procs N] [-keep] [-out DIR]
+//	go -C test/conformance run . [-suite node|conformance] [-fast | -focus REGEX] [-procs N] [-nodes N] [-keep] [-out DIR]
 //
 // It builds podvisor, the e2e test binary of the suite (./suite: sig-node;
 // ./e2e: every SIG) and the images the specs run, under their upstream
@@ -13,8 +13,10 @@
 // [Serial] specs in a lane of their own after the parallel one; writes the
 // JUnit reports and the e2e log in Sonobuoy's results layout, ginkgo's JSON
 // reports and a summary, and prints per-area counts; and stops podvisor,
-// removing everything it started. It must run as root, as podvisor's
-// containerd runtime does.
+// removing everything it started. With -nodes N (N ≥ 2) the specs run
+// against a `podvisor server` and N joined agents in network namespaces
+// instead (cluster.go). It must run as root, as podvisor's containerd
+// runtime does.
 package main
 
 import (
@@ -34,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/podvisor/podvisor/test/netlab"
 )
 
 func main() {
@@ -42,6 +46,7 @@ func main() {
 	fast := flag.Bool("fast", false, "run only the lifecycle subset that CI runs (subset.go), about 20 specs of the node suite")
 	keep := flag.Bool("keep", false, "keep the work directory (podvisor's data dir, logs, binaries)")
 	out := flag.String("out", "conformance-results", "directory for the reports and the summary")
+	nodes := flag.Int("nodes", 1, "nodes of the cluster: 1 runs `podvisor up`; N ≥ 2 a `podvisor server` and N joined agents, each in a network namespace of its own on a bridge (test/netlab)")
 	procs := flag.Int("procs", 1, "specs run at once (more than 1 runs them through the ginkgo CLI)")
 	timeout := flag.Duration("timeout", 6*time.Hour, "time limit of each lane of the spec run (parallel, serial)")
 	cache := flag.String("cache", defaultCache(), "directory where built images are kept between runs")
@@ -67,7 +72,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "unexpected arguments %q\n", flag.Args())
 		os.Exit(2)
 	}
-	o := options{suite: s, focus: *focus, keep: *keep, out: *out, procs: *procs, timeout: *timeout, cache: *cache}
+	if *nodes < 1 {
+		fmt.Fprintln(os.Stderr, "-nodes: want 1 or more")
+		os.Exit(2)
+	}
+	o := options{suite: s, focus: *focus, keep: *keep, out: *out, procs: *procs, nodes: *nodes, timeout: *timeout, cache: *cache}
 	run := run
 	if *resummarize {
 		run = summarizeOnly
@@ -84,13 +93,13 @@ type options struct {
 	suite             suite
 	focus, out, cache string
 	keep              bool
-	procs             int
+	procs, nodes      int
 	timeout           time.Duration
 }
 
 // summarizeOnly is -summarize: the summary of an earlier run's reports.
 func summarizeOnly(o options) (int, error) {
-	exclusions, err := runExclusions(o.suite)
+	exclusions, err := runExclusions(o.suite, o.nodes)
 	if err != nil {
 		return 0, err
 	}
@@ -109,8 +118,8 @@ func summarizeOnly(o options) (int, error) {
 }
 
 // runExclusions are exclusions.txt's, the one-node ones for the whole
-// suite, and this machine's.
-func runExclusions(s suite) ([]exclusion, error) {
+// suite on a single node, and this machine's.
+func runExclusions(s suite, nodes int) ([]exclusion, error) {
 	mod, err := os.Getwd()
 	if err != nil {
 		return nil, err
@@ -119,9 +128,7 @@ func runExclusions(s suite) ([]exclusion, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.name == "conformance" {
-		exclusions = append(exclusions, singleNodeExclusions...)
-	}
+	exclusions = append(exclusions, nodeCountExclusions(s, nodes)...)
 	for _, e := range machineExclusions() {
 		fmt.Printf("excluded on this machine: %s: %s\n", e.re, e.reason)
 		exclusions = append(exclusions, e)
@@ -141,7 +148,7 @@ func run(o options) (int, error) {
 		return 0, fmt.Errorf("run from test/conformance (go -C test/conformance run .)")
 	}
 	repo := filepath.Dir(filepath.Dir(mod))
-	exclusions, err := runExclusions(o.suite)
+	exclusions, err := runExclusions(o.suite, o.nodes)
 	if err != nil {
 		return 0, err
 	}
@@ -203,25 +210,6 @@ func run(o options) (int, error) {
 		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
 	}
 
-	step("serving the images from a registry on 127.0.0.1")
-	reg, err := startRegistry(filepath.Join(work, "registry"))
-	if err != nil {
-		return 0, err
-	}
-	defer reg.stop()
-	if err := reg.pushTars(tars); err != nil {
-		return 0, err
-	}
-	data := filepath.Join(work, "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return 0, err
-	}
-	// Pulls of registry.k8s.io (policy Always) are served by that registry.
-	if err := os.WriteFile(filepath.Join(data, "registries.yaml"), reg.registriesYAML(), 0o600); err != nil {
-		return 0, err
-	}
-	pv := &podvisor{bin: filepath.Join(bin, "podvisor"), dataDir: data, nodeName: "conformance",
-		logPath: filepath.Join(o.out, "podvisor.log")}
 	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	// A ^C or SIGTERM during the spec run is passed on to the specs' process
 	// group; the run ends, the report is read and the deferred stop removes
@@ -242,6 +230,24 @@ func run(o options) (int, error) {
 		return 0, err
 	}
 	guard := netGuard{serviceCIDR: defaultServiceCIDR, clusterCIDR: cidr}
+	// The registry listens where the nodes reach it: this namespace's
+	// loopback for podvisor up, the lab's bridge for a cluster's agents.
+	registryHost := "127.0.0.1"
+	var lab *netlab.Lab
+	if o.nodes > 1 {
+		step(fmt.Sprintf("making a lab of %d machines (network namespaces on a bridge)", o.nodes))
+		if lab, err = netlab.New(o.nodes); err != nil {
+			return 0, err
+		}
+		// Deferred first, so it runs last: after the nodes have stopped
+		// and the guard is gone.
+		defer func() {
+			if err := lab.Remove(); err != nil {
+				logf("removing the lab: %v", err)
+			}
+		}()
+		guard.labBridge, registryHost = lab.Bridge, lab.Gateway.String()
+	}
 	// In place before podvisor starts and until it has stopped (its
 	// removal is deferred before podvisor's stop, so it runs after it): no
 	// pod or Service address ever leaves by the default route.
@@ -253,17 +259,61 @@ func run(o options) (int, error) {
 	if err := guard.install(); err != nil {
 		return 0, fmt.Errorf("network guard: %w", err)
 	}
+	if lab != nil {
+		for i := range lab.Hosts {
+			if err := loadNFT(guard.machineRules(), lab.Command(i, "nft", "-f", "-")); err != nil {
+				return 0, fmt.Errorf("network guard in machine %s: %w", lab.Hosts[i].NS, err)
+			}
+		}
+	}
 	fmt.Printf("network guard: %s\n", guard)
-	step("starting podvisor")
-	defer func() {
-		step("stopping podvisor and removing its pods")
-		pv.stop(logf)
-	}()
-	if err := pv.start(cidr.String()); err != nil {
+
+	step("serving the images from a registry on " + registryHost)
+	reg, err := startRegistry(filepath.Join(work, "registry"), registryHost)
+	if err != nil {
 		return 0, err
 	}
-	fmt.Printf("podvisor's agent listens on port %d\n", pv.agentPort)
-	if got, err := pv.serviceCIDRs(); err != nil {
+	defer reg.stop()
+	if err := reg.pushTars(tars); err != nil {
+		return 0, err
+	}
+	var pv target
+	if lab != nil {
+		c := &cluster{bin: filepath.Join(bin, "podvisor"), work: work, logDir: o.out, lab: lab}
+		pv = c
+		step(fmt.Sprintf("starting podvisor server and %d agents", o.nodes))
+		defer func() {
+			step("stopping podvisor's agents and server and removing their pods")
+			c.stop(logf)
+		}()
+		// Pulls of registry.k8s.io (policy Always) are served by that registry.
+		if err := c.start(cidr.String(), reg.registriesYAML()); err != nil {
+			return 0, err
+		}
+		fmt.Println(c)
+	} else {
+		data := filepath.Join(work, "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return 0, err
+		}
+		// Pulls of registry.k8s.io (policy Always) are served by that registry.
+		if err := os.WriteFile(filepath.Join(data, "registries.yaml"), reg.registriesYAML(), 0o600); err != nil {
+			return 0, err
+		}
+		p := &podvisor{bin: filepath.Join(bin, "podvisor"), dataDir: data, nodeName: "conformance",
+			logPath: filepath.Join(o.out, "podvisor.log")}
+		pv = p
+		step("starting podvisor")
+		defer func() {
+			step("stopping podvisor and removing its pods")
+			p.stop(logf)
+		}()
+		if err := p.start(cidr.String()); err != nil {
+			return 0, err
+		}
+		fmt.Printf("podvisor's agent listens on port %d\n", p.agentPort)
+	}
+	if got, err := serviceCIDRs(pv.kubeconfig()); err != nil {
 		logf("reading the cluster's ServiceCIDRs: %v (guarding %s)", err, guard.serviceCIDR)
 	} else if !slices.Contains(got, guard.serviceCIDR.String()) {
 		return 0, fmt.Errorf("the cluster's service CIDRs are %v; the network guard has %s", got, guard.serviceCIDR)
@@ -311,7 +361,7 @@ func run(o options) (int, error) {
 	took := time.Since(started).Round(time.Second)
 	fmt.Printf("\nspec run took %v (%v)\n", took, runErr)
 
-	head := fmt.Sprintf("Run of %s, suite %s, %d process(es) in the parallel lane, %v.", time.Now().UTC().Format(time.RFC3339), o.suite.name, o.procs, took)
+	head := fmt.Sprintf("Run of %s, suite %s, %d node(s), %d process(es) in the parallel lane, %v.", time.Now().UTC().Format(time.RFC3339), o.suite.name, max(o.nodes, 1), o.procs, took)
 	failed, err := writeSummary(o, exclusions, reports, head)
 	if err != nil {
 		return 0, fmt.Errorf("%w (spec run: %v)", err, runErr)
@@ -337,6 +387,14 @@ func writeSummary(o options, exclusions []exclusion, reports []string, head stri
 		fmt.Fprintf(&md, "- `%s`: %s\n", e.re, e.reason)
 	}
 	return failed, os.WriteFile(filepath.Join(o.out, "summary.md"), md.Bytes(), 0o644)
+}
+
+// target is what the specs run against: `podvisor up` (podvisor.go) or a
+// server with joined agents (cluster.go).
+type target interface {
+	kubeconfig() string  // the admin's
+	criEndpoint() string // a node's CRI socket
+	importImages(tars []string, log io.Writer) error
 }
 
 // errInterrupted is a lane's run cut short by ^C or SIGTERM.

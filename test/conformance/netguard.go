@@ -34,15 +34,29 @@ const serviceProxyLock = "/tmp/podvisor-e2e-service-proxy.lock"
 //     OUTPUT and FORWARD, after the proxy's DNAT, rejects what is still
 //     addressed to the service network: a ClusterIP the proxy has no rule
 //     for fails at once, from the host and from pods.
+//
+// With -nodes, the nodes are machines of a lab (test/netlab) whose bridge
+// is in this namespace, and each machine's default route leads here:
+//
+//   - what a machine sends to this namespace to be routed elsewhere (its
+//     DNS forwarder's upstream, an address no rule knows) is rejected in
+//     FORWARD unless it goes back out on the bridge (machine to machine);
+//   - each machine gets the service network's filter chains too (its own
+//     service proxy translates there), through machineRules.
 type netGuard struct {
 	serviceCIDR, clusterCIDR netip.Prefix
+	labBridge                string // -nodes: the lab's bridge, else ""
 }
 
 const guardTable = "podvisor-conformance"
 
 func (g netGuard) String() string {
-	return fmt.Sprintf("%s unreachable except this node's pods; %s rejected unless the service proxy translated it (nft table ip %s)",
+	s := fmt.Sprintf("%s unreachable except the nodes' pods; %s rejected unless a service proxy translated it (nft table ip %s)",
 		g.clusterCIDR, g.serviceCIDR, guardTable)
+	if g.labBridge != "" {
+		s += fmt.Sprintf("; nothing from the lab's bridge %s forwarded anywhere but back to it; the same table in every machine", g.labBridge)
+	}
+	return s
 }
 
 // nftRules is the nftables script of the service network's guard: filter
@@ -53,10 +67,30 @@ func (g netGuard) nftRules() string {
 	fmt.Fprintf(&b, "table ip %s {\n", guardTable)
 	for _, hook := range []string{"output", "forward"} {
 		fmt.Fprintf(&b, "\tchain %s {\n\t\ttype filter hook %s priority filter; policy accept;\n", hook, hook)
+		if hook == "forward" && g.labBridge != "" {
+			fmt.Fprintf(&b, "\t\tiifname %q oifname != %q reject with icmp type admin-prohibited\n", g.labBridge, g.labBridge)
+		}
 		fmt.Fprintf(&b, "\t\tip daddr %s reject with icmp type host-unreachable\n\t}\n", g.serviceCIDR)
 	}
 	b.WriteString("}\n")
 	return b.String()
+}
+
+// machineRules is the nftables script for a lab machine's namespace: the
+// service network's chains alone (its default route leads to this
+// namespace, where the rest is guarded).
+func (g netGuard) machineRules() string {
+	return netGuard{serviceCIDR: g.serviceCIDR}.nftRules()
+}
+
+// loadNFT loads an nftables script with cmd, an `nft -f -` (in this
+// namespace or a machine's).
+func loadNFT(script string, cmd *exec.Cmd) error {
+	cmd.Stdin = strings.NewReader(script)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft -f: %v: %s", err, out)
+	}
+	return nil
 }
 
 // install puts the route and the rules in place; a guard left by an
@@ -66,11 +100,9 @@ func (g netGuard) install() error {
 		return fmt.Errorf("ip route replace unreachable %s: %v: %s", g.clusterCIDR, err, out)
 	}
 	_ = exec.Command("nft", "delete", "table", "ip", guardTable).Run()
-	cmd := exec.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(g.nftRules())
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if err := loadNFT(g.nftRules(), exec.Command("nft", "-f", "-")); err != nil {
 		_ = g.remove()
-		return fmt.Errorf("nft -f: %v: %s", err, out)
+		return err
 	}
 	return nil
 }

@@ -31,25 +31,26 @@ type podvisor struct {
 	bin, dataDir, nodeName string
 	logPath                string // podvisor's stderr
 	agentPort              int
-	cmd                    *exec.Cmd
-	exited                 chan struct{}
-	log                    *os.File
+	*daemon
 }
 
 func (p *podvisor) kubeconfig() string { return filepath.Join(p.dataDir, "admin.kubeconfig") }
 
-// state is the directory of the data dir's containerd under /run, as
+// containerdState is the directory of dataDir's containerd under /run, as
 // internal/runtime/containerd.PathsFor names it: its socket, and the path every
 // shim of this podvisor has on its command line.
-func (p *podvisor) state() string {
-	abs, _ := filepath.Abs(p.dataDir)
+func containerdState(dataDir string) string {
+	abs, _ := filepath.Abs(dataDir)
 	sum := sha256.Sum256([]byte(abs))
 	return filepath.Join("/run/podvisor", "containerd-"+hex.EncodeToString(sum[:8]))
 }
 
 // criEndpoint is the CRI socket of the podvisor's containerd.
-func (p *podvisor) criEndpoint() string {
-	return "unix://" + filepath.Join(p.state(), "containerd.sock")
+func (p *podvisor) criEndpoint() string { return criEndpoint(p.dataDir) }
+
+// criEndpoint is the CRI socket of dataDir's containerd.
+func criEndpoint(dataDir string) string {
+	return "unix://" + filepath.Join(containerdState(dataDir), "containerd.sock")
 }
 
 // kubeletConfig is the node's KubeletConfiguration: eviction only when
@@ -90,61 +91,116 @@ func (p *podvisor) start(clusterCIDR string) error {
 		ports[i] = port
 	}
 	p.agentPort = ports[1]
-	log, err := os.Create(p.logPath)
+	// Beside the data dir: podvisor refuses a new data dir with files it
+	// does not know.
+	cfg, err := writeKubeletConfig(filepath.Dir(p.dataDir))
 	if err != nil {
 		return err
 	}
-	p.log = log
-	// Beside the data dir: podvisor refuses a new data dir with files it
-	// does not know.
-	cfg := filepath.Join(filepath.Dir(p.dataDir), "kubelet-config.yaml")
-	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
-		return err
-	}
-	p.cmd = exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName, "--config", cfg,
+	cmd := exec.Command(p.bin, "up", "--data-dir", p.dataDir, "--node-name", p.nodeName, "--config", cfg,
 		"--api-port", strconv.Itoa(ports[0]), "--agent-port", strconv.Itoa(ports[1]),
 		"--etcd-client-port", strconv.Itoa(ports[2]), "--etcd-peer-port", strconv.Itoa(ports[3]),
 		"--cluster-cidr", clusterCIDR)
-	p.cmd.Stderr = log
+	p.daemon, err = startDaemon("podvisor", cmd, p.logPath, "podvisor is ready: export KUBECONFIG="+p.kubeconfig())
+	return err
+}
+
+// writeKubeletConfig writes kubeletConfig into dir and returns its path.
+func writeKubeletConfig(dir string) (string, error) {
+	cfg := filepath.Join(dir, "kubelet-config.yaml")
+	return cfg, os.WriteFile(cfg, []byte(kubeletConfig), 0o644)
+}
+
+// daemon is a podvisor process the runner started (up, server, an agent),
+// its stderr in a log file.
+type daemon struct {
+	name   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    *os.File
+}
+
+// startDaemon starts cmd, its stderr to logPath, and waits up to 3 minutes
+// for its first stdout line, which must be ready (podvisor prints it once
+// it is up).
+func startDaemon(name string, cmd *exec.Cmd, logPath, ready string) (*daemon, error) {
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{name: name, cmd: cmd, exited: make(chan struct{}), log: log}
+	cmd.Stderr = log
 	// Its own process group: a ^C to the runner reaches the runner only,
 	// which then stops podvisor in order (pods first).
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	out, err := p.cmd.StdoutPipe()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		log.Close()
+		return nil, err
 	}
-	if err := p.cmd.Start(); err != nil {
-		return err
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return nil, err
 	}
-	p.exited = make(chan struct{})
-	go func() { p.cmd.Wait(); close(p.exited) }()
-	ready := make(chan string, 1)
+	go func() { cmd.Wait(); close(d.exited) }()
+	lines := make(chan string, 1)
 	go func() {
 		s := bufio.NewScanner(out)
 		for s.Scan() {
 			select {
-			case ready <- s.Text():
+			case lines <- s.Text():
 			default:
 			}
 		}
 	}()
-	want := "podvisor is ready: export KUBECONFIG=" + p.kubeconfig()
 	select {
-	case line := <-ready:
-		if line != want {
-			return fmt.Errorf("podvisor's first line is %q, want %q (log: %s)", line, want, log.Name())
+	case line := <-lines:
+		if line == ready {
+			return d, nil
 		}
-		return nil
-	case <-p.exited:
-		return fmt.Errorf("podvisor exited before it was ready: %v (log: %s)", p.cmd.ProcessState, log.Name())
+		err = fmt.Errorf("%s's first line is %q, want %q (log: %s)", name, line, ready, logPath)
+	case <-d.exited:
+		err = fmt.Errorf("%s exited before it was ready: %v (log: %s)", name, cmd.ProcessState, logPath)
 	case <-time.After(3 * time.Minute):
-		return fmt.Errorf("podvisor not ready after 3m (log: %s)", log.Name())
+		err = fmt.Errorf("%s not ready after 3m (log: %s)", name, logPath)
 	}
+	d.terminate(func(string, ...any) {})
+	return nil, err
+}
+
+// running says whether the process has not exited.
+func (d *daemon) running() bool {
+	select {
+	case <-d.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// terminate sends SIGTERM and waits; after 60 s it kills the process group.
+func (d *daemon) terminate(logf func(string, ...any)) {
+	if d.running() {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(60 * time.Second):
+			logf("%s did not stop within 60s of SIGTERM: killing its process group", d.name)
+			_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+			<-d.exited
+		}
+	}
+	d.log.Close()
 }
 
 // importImages imports the tars as a user would.
 func (p *podvisor) importImages(tars []string, log io.Writer) error {
-	cmd := exec.Command(p.bin, append([]string{"image", "import", "--data-dir", p.dataDir}, tars...)...)
+	return importImages(p.bin, p.dataDir, tars, log)
+}
+
+// importImages imports the tars into dataDir's containerd.
+func importImages(bin, dataDir string, tars []string, log io.Writer) error {
+	cmd := exec.Command(bin, append([]string{"image", "import", "--data-dir", dataDir}, tars...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("podvisor image import: %w", err)
@@ -159,28 +215,17 @@ func (p *podvisor) importImages(tars []string, log io.Writer) error {
 // SIGTERM, and shims, mounts, state and the pod network of its containerd
 // are removed.
 func (p *podvisor) stop(logf func(string, ...any)) {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	select {
-	case <-p.exited:
-	default:
-		p.deletePods(logf)
-		p.purgeSandboxes(logf)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(60 * time.Second):
-			logf("podvisor did not stop within 60s of SIGTERM: killing its process group")
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-p.exited
+	// A podvisor that failed to start was stopped by startDaemon, and may
+	// have left its containerd's state all the same.
+	if p.daemon != nil {
+		if p.running() {
+			deletePods(p.kubeconfig(), logf)
+			purgeSandboxes(p.criEndpoint(), logf)
 		}
+		p.terminate(logf)
 	}
-	killUnder(p.state())
-	unmountUnder(p.state())
-	unmountUnder(p.dataDir)
-	_ = os.RemoveAll(p.state())
-	p.removePodNetwork()
+	removeContainerd(p.dataDir)
+	removePodNetwork(p.dataDir)
 	// The service proxy leaves its rules when it stops, as upstream's does
 	// across restarts, and they would DNAT to pod addresses that are gone
 	// (test/e2e's harness removes them the same way; the runner holds its
@@ -188,13 +233,22 @@ func (p *podvisor) stop(logf func(string, ...any)) {
 	for _, family := range []string{"ip", "ip6"} {
 		_ = exec.Command("nft", "delete", "table", family, "kube-proxy").Run()
 	}
-	if p.log != nil {
-		p.log.Close()
-	}
 }
 
-func (p *podvisor) deletePods(logf func(string, ...any)) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig())
+// removeContainerd removes what the containerd of dataDir leaves: its
+// shims, mounts and state.
+func removeContainerd(dataDir string) {
+	st := containerdState(dataDir)
+	killUnder(st)
+	unmountUnder(st)
+	unmountUnder(dataDir)
+	_ = os.RemoveAll(st)
+}
+
+// deletePods deletes every pod through the API of kubeconfig and waits up
+// to 2 minutes for them to be gone.
+func deletePods(kubeconfig string, logf func(string, ...any)) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		logf("cleanup: %v", err)
 		return
@@ -231,12 +285,12 @@ func (p *podvisor) deletePods(logf func(string, ...any)) {
 	logf("cleanup: pods still there after 2m; removing them through the CRI")
 }
 
-// purgeSandboxes removes every pod sandbox the podvisor's containerd still
-// has, with its containers and network.
-func (p *podvisor) purgeSandboxes(logf func(string, ...any)) {
+// purgeSandboxes removes every pod sandbox the CRI at endpoint still has,
+// with its containers and network.
+func purgeSandboxes(endpoint string, logf func(string, ...any)) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rs, err := criclient.NewRemoteRuntimeService(ctx, p.criEndpoint(), 10*time.Second, noop.NewTracerProvider(), false)
+	rs, err := criclient.NewRemoteRuntimeService(ctx, endpoint, 10*time.Second, noop.NewTracerProvider(), false)
 	if err != nil {
 		logf("cleanup: CRI: %v", err)
 		return
@@ -260,8 +314,8 @@ func (p *podvisor) purgeSandboxes(logf func(string, ...any)) {
 // removePodNetwork deletes the bridge of the data dir's pod network and its
 // masquerade rules (internal/runtime/containerd names the bridge pv-<8 hex> of the
 // state directory and comments the rules with it).
-func (p *podvisor) removePodNetwork() {
-	bridge := "pv-" + strings.TrimPrefix(filepath.Base(p.state()), "containerd-")[:8]
+func removePodNetwork(dataDir string) {
+	bridge := "pv-" + strings.TrimPrefix(filepath.Base(containerdState(dataDir)), "containerd-")[:8]
 	out, _ := exec.Command("iptables", "-w", "-t", "nat", "-S", "POSTROUTING").Output()
 	for _, rule := range strings.Split(string(out), "\n") {
 		if !strings.Contains(rule, "podvisor pod network "+bridge) {
@@ -357,8 +411,8 @@ func portFree(port int) bool {
 
 // serviceCIDRs are the cluster's service networks, as its ServiceCIDR
 // objects say.
-func (p *podvisor) serviceCIDRs() ([]string, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig())
+func serviceCIDRs(kubeconfig string) ([]string, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, err
 	}

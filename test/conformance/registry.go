@@ -25,17 +25,18 @@ import (
 
 // localRegistry is the runner's registry.
 type localRegistry struct {
-	url string // http://127.0.0.1:PORT
+	url string // http://HOST:PORT
 	srv *http.Server
 }
 
-// startRegistry serves a registry on a free port of 127.0.0.1, its blobs in
-// dir, until stop.
-func startRegistry(dir string) (*localRegistry, error) {
+// startRegistry serves a registry on a free port of host (an address of
+// this machine: 127.0.0.1, or the lab's bridge where the nodes of -nodes
+// reach it), its blobs in dir, until stop.
+func startRegistry(dir, host string) (*localRegistry, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

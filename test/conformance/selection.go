@@ -136,11 +136,21 @@ func machineExclusions() []exclusion {
 }
 
 // singleNodeExclusions are the specs that cannot pass on one node, which
-// is what the runner starts: upstream's conformance requires two untainted
-// nodes, and checks it with a spec of its own.
+// is what the runner starts without -nodes: upstream's conformance requires
+// two untainted nodes, and checks it with a spec of its own.
 var singleNodeExclusions = []exclusion{
 	{re: regexp.MustCompile(`\[sig-architecture\] Conformance Tests should have at least two untainted nodes`),
-		reason: "one node: the runner starts a single podvisor node (the three-node run, issue 30's -nodes 3, is not built yet); upstream's conformance requires two"},
+		reason: "one node: the runner starts a single podvisor node (-nodes 3 runs this spec); upstream's conformance requires two"},
 	{re: regexp.MustCompile(`\[sig-apps\] Daemon set \[Serial\] should rollback without unnecessary restarts`),
-		reason: "one node: the spec asserts more than one schedulable node (\"Conformance test suite needs a cluster with at least 2 nodes\"); the runner starts a single podvisor node"},
+		reason: "one node: the spec asserts more than one schedulable node (\"Conformance test suite needs a cluster with at least 2 nodes\"); the runner starts a single podvisor node (-nodes 3 runs this spec)"},
+}
+
+// nodeCountExclusions are the exclusions that follow from the number of
+// nodes: the one-node ones for the whole suite on a single node (the node
+// suite has none of those specs), none on a cluster.
+func nodeCountExclusions(s suite, nodes int) []exclusion {
+	if s.name == "conformance" && nodes < 2 {
+		return singleNodeExclusions
+	}
+	return nil
 }

@@ -77,6 +77,17 @@ func TestNetGuardRules(t *testing.T) {
 	if n := strings.Count(rules, "reject"); n != 2 {
 		t.Errorf("%d rejects, want 2 (output, forward):\n%s", n, rules)
 	}
+	if strings.Contains(rules, "iifname") {
+		t.Errorf("a single node's rules name a lab bridge:\n%s", rules)
+	}
+	g.labBridge = "pvlab0a0b"
+	rules = g.nftRules()
+	if want := `iifname "pvlab0a0b" oifname != "pvlab0a0b" reject`; !strings.Contains(rules, want) {
+		t.Errorf("-nodes rules lack %q:\n%s", want, rules)
+	}
+	if m := g.machineRules(); strings.Contains(m, "iifname") || !strings.Contains(m, "ip daddr 10.43.0.0/16 reject") {
+		t.Errorf("a machine's rules: want the service network's reject only:\n%s", m)
+	}
 }
 
 func TestLddPaths(t *testing.T) {
@@ -87,5 +98,32 @@ func TestLddPaths(t *testing.T) {
 	want := []string{"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"}
 	if got := lddPaths(out); !slices.Equal(got, want) {
 		t.Errorf("lddPaths = %q, want %q", got, want)
+	}
+}
+
+func TestNodeCountExclusions(t *testing.T) {
+	for _, tc := range []struct {
+		suite string
+		nodes int
+		want  int
+	}{
+		{"conformance", 1, len(singleNodeExclusions)},
+		{"conformance", 2, 0},
+		{"conformance", 3, 0},
+		{"node", 1, 0},
+		{"node", 3, 0},
+	} {
+		got := nodeCountExclusions(suites[tc.suite], tc.nodes)
+		if len(got) != tc.want {
+			t.Errorf("-suite %s -nodes %d: %d exclusions, want %d", tc.suite, tc.nodes, len(got), tc.want)
+		}
+		for _, e := range got {
+			if !strings.HasPrefix(e.reason, "one node") {
+				t.Errorf("-suite %s -nodes %d excludes %s: %s, which is not a one-node reason", tc.suite, tc.nodes, e.re, e.reason)
+			}
+		}
+	}
+	if len(singleNodeExclusions) == 0 {
+		t.Fatal("no single-node exclusions: the table above tests nothing")
 	}
 }

@@ -21,6 +21,7 @@ import (
 // §9: the controller manager's pod GC deletes terminated pods beyond
 // --terminated-pod-gc-threshold, oldest first.
 func TestTerminatedPodGCThreshold(t *testing.T) {
+	processRuntimeOnly(t) // the controller manager's pod GC: the same on both runtimes
 	t.Parallel()
 	p := NewPodvisor(t, "--terminated-pod-gc-threshold", "5")
 	p.Start()
@@ -277,6 +278,7 @@ func ptrInt64(v int64) *int64 { return &v }
 // §9: pods bound to a node that does not exist are deleted by the pod GC
 // (after its 40 s quarantine).
 func TestPodsOfAMissingNodeAreDeleted(t *testing.T) {
+	processRuntimeOnly(t) // the controller manager's pod GC: the same on both runtimes
 	t.Parallel()
 	p := Shared(t)
 	ns := p.Namespace("ghost")

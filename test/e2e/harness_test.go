@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -222,6 +223,9 @@ func (p *Podvisor) UpArgs() []string {
 	} else {
 		args = append(args, "--disable-metrics-server=true")
 	}
+	if !slices.ContainsFunc(args, func(a string) bool { return a == "--config" || strings.HasPrefix(a, "--config=") }) {
+		args = append(args, "--config", harnessKubeletConfig(p.t))
+	}
 	if p.Runtime == "containerd" {
 		if p.clusterCIDR == "" {
 			p.clusterCIDR = nextClusterCIDR()
@@ -230,6 +234,23 @@ func (p *Podvisor) UpArgs() []string {
 	}
 	return args
 }
+
+// harnessEviction is the node-pressure eviction of every podvisor a test
+// starts without a KubeletConfiguration of its own: the machines the suite
+// runs on share their disk with builds, and upstream's default
+// imagefs.available 15% once evicted test pods (and tainted the node
+// disk-pressure) when a build filled the disk to 84%. As kind's and the
+// conformance runner's nodes do, disk eviction waits until 1 GiB is left;
+// the tests of eviction itself give their own thresholds.
+const harnessEviction = `evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1Gi
+  imagefs.available: 1Gi
+  nodefs.inodesFree: 5%
+  imagefs.inodesFree: 5%
+`
+
+func harnessKubeletConfig(t *testing.T) string { t.Helper(); return kubeletConfig(t, harnessEviction) }
 
 // writeConfigFile writes command-line flags (--name value pairs, or
 // --name=value) as a podvisor config file and returns its path.

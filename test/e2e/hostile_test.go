@@ -110,7 +110,10 @@ func TestHostileSpecs(t *testing.T) {
 	settled := map[string]string{}
 	var last map[string]*v1.Pod
 	settleStart := time.Now()
-	deadline := time.Now().Add(120 * time.Second)
+	// Generous: 339 pods on two cores shared with the rest of the suite
+	// (a run beside benchmarks, load 56, had 25 left after 2 minutes); the
+	// loop ends as soon as every pod has settled.
+	deadline := time.Now().Add(5 * time.Minute)
 	for len(settled) < len(accepted) && time.Now().Before(deadline) {
 		list, err := p.Admin.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

@@ -1,23 +1,13 @@
 package e2e
 
-// A lab of machines on one LAN, on this one machine: a Linux bridge in the
-// root network namespace with the first address of a private /24, and one
-// network namespace per machine, plugged into the bridge by a veth, with its
-// own address and a default route through the bridge (podvisor takes the
-// node's IP from the default route's interface: internal/agent/node/hostip.go).
-// `podvisor server` runs in the root namespace, bound on the bridge address;
-// each `podvisor agent` runs in a machine's namespace through
-// `nsenter --net`, which execs podvisor: the pid the test holds is
-// podvisor's, so SIGTERM reaches it. Not `ip netns exec`: it gives the
-// command a mount namespace with a fresh /sys, without the cgroup mounts
-// runc needs ("no cgroup mount found in mountinfo").
+// The multi-node lab (test/netlab: a bridge and a network namespace per
+// machine) with the podvisor server and agents the tests run in it.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -35,106 +25,37 @@ import (
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/test/images"
+	"github.com/podvisor/podvisor/test/netlab"
 )
 
-// netLab is the bridge and the machines' namespaces.
+// netLab is test/netlab's lab and the agents started in it.
 type netLab struct {
-	t       *testing.T
-	id      string // 4 hex digits in every name the lab makes
-	bridge  string
-	prefix  netip.Prefix
-	gateway netip.Addr // the bridge's address: the server's
-	hosts   []labHost
-	agents  []*labAgent
-}
-
-// labHost is one machine: a network namespace with one address.
-type labHost struct {
-	NS   string
-	veth string // the root namespace's end, a port of the bridge
-	Addr netip.Addr
+	*netlab.Lab
+	t      *testing.T
+	agents []*labAgent
 }
 
 // newNetLab makes the bridge and n machines; t.Cleanup removes them all and
-// fails the test if any is left.
+// fails the test if any is left. A Service IP a machine's proxy has no rule
+// for fails in that machine rather than leaving by the default route
+// (network safety).
 func newNetLab(t *testing.T, n int) *netLab {
 	t.Helper()
-	l := &netLab{t: t, id: fmt.Sprintf("%04x", rand.IntN(1<<16))}
-	l.bridge = "pvlab" + l.id
-	prefix, err := unusedPrefix("10.99.%d.0/24", 0, 255)
+	lab, err := netlab.New(n, netip.MustParsePrefix(controlplane.ServiceCIDR))
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.prefix, l.gateway = prefix, prefix.Addr().Next()
+	l := &netLab{Lab: lab, t: t}
 	t.Cleanup(l.remove)
-	l.ip("link", "add", l.bridge, "type", "bridge")
-	l.ip("addr", "add", netip.PrefixFrom(l.gateway, 24).String(), "dev", l.bridge)
-	l.ip("link", "set", l.bridge, "up")
-	// Bridged frames pass through iptables' FORWARD chain when br_netfilter
-	// is loaded: let the bridge's own traffic through whatever the policy.
-	l.run("iptables", append([]string{"-w", "-I"}, l.forwardRule()...)...)
-	addr := l.gateway
-	for i := range n {
-		addr = addr.Next()
-		h := labHost{NS: fmt.Sprintf("pvlab%s-m%d", l.id, i+1), veth: fmt.Sprintf("pvlab%sv%d", l.id, i+1), Addr: addr}
-		peer := fmt.Sprintf("pvlab%sp%d", l.id, i+1)
-		l.hosts = append(l.hosts, h)
-		l.ip("netns", "add", h.NS)
-		l.ip("link", "add", h.veth, "type", "veth", "peer", "name", peer)
-		l.ip("link", "set", peer, "netns", h.NS)
-		l.ip("link", "set", h.veth, "master", l.bridge, "up")
-		l.ip("-n", h.NS, "link", "set", peer, "name", "eth0")
-		l.ip("-n", h.NS, "addr", "add", netip.PrefixFrom(h.Addr, 24).String(), "dev", "eth0")
-		l.ip("-n", h.NS, "link", "set", "eth0", "up")
-		l.ip("-n", h.NS, "link", "set", "lo", "up")
-		l.ip("-n", h.NS, "route", "add", "default", "via", l.gateway.String())
-		// A Service IP the machine's proxy has no rule for fails here
-		// rather than leaving by the default route (network safety).
-		l.ip("-n", h.NS, "route", "add", "unreachable", controlplane.ServiceCIDR)
-		// Pods' traffic to other nodes is routed through the machine.
-		if out, err := l.exec(i, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
-			t.Fatalf("ip_forward in %s: %v\n%s", h.NS, err, out)
-		}
-	}
 	return l
 }
 
-func (l *netLab) forwardRule() []string {
-	return []string{"FORWARD", "-i", l.bridge, "-o", l.bridge, "-m", "comment", "--comment", "podvisor e2e lab " + l.id, "-j", "ACCEPT"}
-}
-
-func (l *netLab) ip(args ...string) { l.t.Helper(); l.run("ip", args...) }
-
-func (l *netLab) run(name string, args ...string) {
-	l.t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		l.t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// command is name ARGS in machine i's network namespace.
-func (l *netLab) command(i int, name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--net=/run/netns/" + l.hosts[i].NS, "--", name}, args...)...)
-}
-
-// exec runs a command in machine i's namespace to completion.
-func (l *netLab) exec(i int, name string, args ...string) (string, error) {
-	out, err := l.command(i, name, args...).CombinedOutput()
-	return string(out), err
-}
-
-// remove deletes the namespaces (their ends of the veths go with them, and
-// with those the bridge's ends), the bridge and the FORWARD rule, then
-// checks nothing of the lab is left.
+// remove deletes the lab and checks that the agents' pod sandboxes'
+// network namespaces, bind mounts in /run/netns, are gone.
 func (l *netLab) remove() {
-	for _, h := range l.hosts {
-		_ = exec.Command("ip", "netns", "del", h.NS).Run()
-		_ = exec.Command("ip", "link", "del", h.veth).Run()
+	if err := l.Lab.Remove(); err != nil {
+		l.t.Error(err)
 	}
-	_ = exec.Command("ip", "link", "del", l.bridge).Run()
-	for exec.Command("iptables", append([]string{"-w", "-D"}, l.forwardRule()...)...).Run() == nil {
-	}
-	// The pod sandboxes' network namespaces, bind mounts in /run/netns.
 	for _, a := range l.agents {
 		for name := range a.podNetns {
 			if _, err := os.Stat("/run/netns/" + name); err == nil {
@@ -142,50 +63,6 @@ func (l *netLab) remove() {
 			}
 		}
 	}
-	if out, _ := exec.Command("ip", "-o", "link").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
-		l.t.Errorf("lab clean-up left links:\n%s", grepLines(string(out), "pvlab"+l.id))
-	}
-	if out, _ := exec.Command("ip", "netns", "list").CombinedOutput(); strings.Contains(string(out), "pvlab"+l.id) {
-		l.t.Errorf("lab clean-up left namespaces:\n%s", grepLines(string(out), "pvlab"+l.id))
-	}
-	if out, _ := exec.Command("iptables", "-w", "-S", "FORWARD").CombinedOutput(); strings.Contains(string(out), "podvisor e2e lab "+l.id) {
-		l.t.Errorf("lab clean-up left a FORWARD rule:\n%s", grepLines(string(out), l.id))
-	}
-}
-
-// unusedPrefix picks a prefix of the form pattern, its %d from lo to hi,
-// that no address or route of the root namespace overlaps.
-func unusedPrefix(pattern string, lo, hi int) (netip.Prefix, error) {
-	var taken []netip.Prefix
-	for _, args := range [][]string{{"-4", "-o", "addr"}, {"-4", "route", "show", "table", "all"}} {
-		out, err := exec.Command("ip", args...).Output()
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("ip %s: %w", strings.Join(args, " "), err)
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if p, err := netip.ParsePrefix(f); err == nil {
-				taken = append(taken, p)
-			} else if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
-				taken = append(taken, netip.PrefixFrom(a, 32))
-			}
-		}
-	}
-	n := hi - lo + 1
-	start := rand.IntN(n)
-	for i := range n {
-		p := netip.MustParsePrefix(fmt.Sprintf(pattern, lo+(start+i)%n))
-		free := true
-		for _, t := range taken {
-			if t.Bits() > 0 && t.Overlaps(p) {
-				free = false
-				break
-			}
-		}
-		if free {
-			return p, nil
-		}
-	}
-	return netip.Prefix{}, fmt.Errorf("no free %s with %%d in %d-%d", pattern, lo, hi)
 }
 
 // labDaemon is a podvisor server or agent running until the test stops it.
@@ -266,7 +143,7 @@ func (d *labDaemon) Running() bool {
 func (l *netLab) startServer(t *testing.T, dataDir, clusterCIDR string, extra ...string) *labDaemon {
 	t.Helper()
 	args := append([]string{"server", "--data-dir", dataDir, "--api-port", fmt.Sprint(freePort(t)),
-		"--bind-address", "0.0.0.0", "--advertise-address", l.gateway.String(),
+		"--bind-address", "0.0.0.0", "--advertise-address", l.Gateway.String(),
 		"--etcd-client-port", fmt.Sprint(freePort(t)), "--etcd-peer-port", fmt.Sprint(freePort(t)),
 		"--cluster-cidr", clusterCIDR, "--metrics-server-port", fmt.Sprint(freePort(t))}, extra...)
 	var d *labDaemon
@@ -359,7 +236,7 @@ func (l *netLab) agentCommand(i int, args ...string) *exec.Cmd {
 }
 
 func (l *netLab) podvisorCommand(i int, args ...string) *exec.Cmd {
-	cmd := l.command(i, binary, args...)
+	cmd := l.Command(i, binary, args...)
 	cmd.Env = append(os.Environ(), noSystemBus)
 	return cmd
 }
@@ -376,7 +253,7 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, node := range nodes {
-		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.hosts[i].Addr, podNetns: map[string]bool{}}
+		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.Hosts[i].Addr, podNetns: map[string]bool{}}
 		a.args = append([]string{"--node-name", node, "--data-dir", a.DataDir}, args...)
 		agents[i] = a
 		l.agents = append(l.agents, a)

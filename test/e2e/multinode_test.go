@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/test/images"
+	"github.com/podvisor/podvisor/test/netlab"
 )
 
 // needMultiNode skips where the multi-node tests cannot run: they make
@@ -55,20 +56,20 @@ func needMultiNode(t *testing.T) {
 func TestMultiNodeLab(t *testing.T) {
 	needMultiNode(t)
 	lab := newNetLab(t, 2)
-	l, err := net.Listen("tcp", net.JoinHostPort(lab.gateway.String(), "0"))
+	l, err := net.Listen("tcp", net.JoinHostPort(lab.Gateway.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "bridge") })}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
-	for i := range lab.hosts {
-		out, err := lab.exec(i, "curl", "-sS", "-m", "5", fmt.Sprintf("http://%s/", l.Addr()))
+	for i := range lab.Hosts {
+		out, err := lab.Exec(i, "curl", "-sS", "-m", "5", fmt.Sprintf("http://%s/", l.Addr()))
 		if err != nil || out != "bridge" {
 			t.Errorf("machine %d → bridge address: %q, %v", i+1, out, err)
 		}
-		route, _ := lab.exec(i, "ip", "route", "show", "default")
-		if !strings.Contains(route, "via "+lab.gateway.String()+" dev eth0") {
+		route, _ := lab.Exec(i, "ip", "route", "show", "default")
+		if !strings.Contains(route, "via "+lab.Gateway.String()+" dev eth0") {
 			t.Errorf("machine %d default route: %q", i+1, route)
 		}
 	}
@@ -79,16 +80,16 @@ func TestMultiNodeLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	httpd := lab.command(1, "busybox", "httpd", "-f", "-p", fmt.Sprint(port), "-h", www)
+	httpd := lab.Command(1, "busybox", "httpd", "-f", "-p", fmt.Sprint(port), "-h", www)
 	if err := httpd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = httpd.Wait(); close(exited) }()
 	t.Cleanup(func() { terminate(httpd, exited) })
-	url := fmt.Sprintf("http://%s/", net.JoinHostPort(lab.hosts[1].Addr.String(), fmt.Sprint(port)))
+	url := fmt.Sprintf("http://%s/", net.JoinHostPort(lab.Hosts[1].Addr.String(), fmt.Sprint(port)))
 	Eventually(t, 10*time.Second, "machine 1 → machine 2", func() (bool, error) {
-		out, err := lab.exec(0, "curl", "-sS", "-m", "2", url)
+		out, err := lab.Exec(0, "curl", "-sS", "-m", "2", url)
 		return err == nil && out == "machine 2", fmt.Errorf("%q: %v", out, err)
 	})
 	// httpd answers, so nsenter has exec'd it by now.
@@ -159,7 +160,7 @@ func (l *netLab) startCluster(t *testing.T, nodes ...string) (*Podvisor, joinCom
 	// Not nextClusterCIDR's 10.100-249: podvisors of other tests route
 	// those in the root namespace, where a packet to a pod of this cluster
 	// would land if this cluster had no route for it.
-	clusterCIDR, err := unusedPrefix("10.%d.0.0/16", 250, 254)
+	clusterCIDR, err := netlab.UnusedPrefix("10.%d.0.0/16", 250, 254)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestMultiNode(t *testing.T) {
 	nodes := []string{"lab-1", "lab-2", "lab-3"}
 	cp, join, agents := lab.startCluster(t, nodes...)
 	serverDir := cp.DataDir
-	if want := "https://" + lab.gateway.String() + ":"; !strings.HasPrefix(join.Server, want) {
+	if want := "https://" + lab.Gateway.String() + ":"; !strings.HasPrefix(join.Server, want) {
 		t.Errorf("join command's --server %s: want the advertise address, %s…", join.Server, want)
 	}
 	ctx := context.Background()
@@ -210,8 +211,8 @@ func TestMultiNode(t *testing.T) {
 			if !nodeReady(n) {
 				t.Errorf("node %s not Ready: %+v", name, n.Status.Conditions)
 			}
-			if got := nodeAddress(n, v1.NodeInternalIP); got != lab.hosts[i].Addr.String() {
-				t.Errorf("node %s InternalIP %q, want its machine's %s", name, got, lab.hosts[i].Addr)
+			if got := nodeAddress(n, v1.NodeInternalIP); got != lab.Hosts[i].Addr.String() {
+				t.Errorf("node %s InternalIP %q, want its machine's %s", name, got, lab.Hosts[i].Addr)
 			}
 		}
 	})
@@ -252,7 +253,7 @@ func TestMultiNode(t *testing.T) {
 				return code == 0 && strings.HasSuffix(strings.TrimSpace(o), dst.Name)
 			})
 			if err != nil {
-				routes, _ := lab.exec(i, "ip", "route")
+				routes, _ := lab.Exec(i, "ip", "route")
 				t.Errorf("%s on %s → %s on %s at %s:8080: %s\n%s's routes:\n%s", src.Name, from, dst.Name, to, dst.Status.PodIP, last, from, routes)
 			}
 		}
@@ -676,7 +677,7 @@ func nodeCertificatesFromCSRs(t *testing.T, cp *Podvisor, lab *netLab, nodes []s
 		t.Fatalf("admin kubeconfig: no CA data")
 	}
 	for i, name := range nodes {
-		addr := lab.hosts[i].Addr.String()
+		addr := lab.Hosts[i].Addr.String()
 		var last error
 		if err := poll(30*time.Second, func() bool {
 			conn, err := tls.Dial("tcp", net.JoinHostPort(addr, "10250"), &tls.Config{RootCAs: roots, ServerName: addr})
@@ -741,7 +742,7 @@ func servicesAcrossNodes(t *testing.T, cp *Podvisor, lab *netLab, ns string, nod
 			return len(seen) == len(nodes)
 		})
 		if err != nil {
-			routes, _ := lab.exec(i, "ip", "route")
+			routes, _ := lab.Exec(i, "ip", "route")
 			t.Errorf("from %s on %s, %s:80 answered from the pods of nodes %v only, want all of %v (%s)\n%s's routes:\n%s",
 				src.Name, from, svc.Spec.ClusterIP, seen, nodes, last, from, routes)
 		}
@@ -749,10 +750,10 @@ func servicesAcrossNodes(t *testing.T, cp *Podvisor, lab *netLab, ns string, nod
 	// Machine 4 runs no node: the NodePort of every node answers it.
 	port := svc.Spec.Ports[0].NodePort
 	for i, node := range nodes {
-		url := fmt.Sprintf("http://%s/", net.JoinHostPort(lab.hosts[i].Addr.String(), fmt.Sprint(port)))
+		url := fmt.Sprintf("http://%s/", net.JoinHostPort(lab.Hosts[i].Addr.String(), fmt.Sprint(port)))
 		var out string
 		err := poll(time.Minute, func() bool {
-			out, _ = lab.exec(3, "curl", "-sS", "-m", "3", url)
+			out, _ = lab.Exec(3, "curl", "-sS", "-m", "3", url)
 			_, ok := nodeOf[strings.TrimSpace(out)]
 			return ok
 		})

@@ -1,0 +1,3 @@
+module github.com/podvisor/podvisor/test/netlab
+
+go 1.26.8
