@@ -167,7 +167,8 @@ func (l *netLab) startCluster(t *testing.T, nodes ...string) (*Podvisor, joinCom
 	l.startServer(t, serverDir, clusterCIDR.String(), "--node-monitor-grace-period", "10s")
 	cp := labControlPlane(t, serverDir)
 	join := createToken(t, serverDir)
-	cfg := kubeletConfig(t, "nodeLeaseDurationSeconds: 8\n")
+	// Disk eviction as the harness's podvisors (harnessEviction).
+	cfg := kubeletConfig(t, "nodeLeaseDurationSeconds: 8\n"+harnessEviction)
 	// The agents route and do not masquerade the server's pod network.
 	agents := l.startAgents(t, nodes, append(join.args(), "--runtime", "containerd", "--config", cfg, "--cluster-cidr", clusterCIDR.String())...)
 	return cp, join, agents
