@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
@@ -211,6 +213,9 @@ func sandboxNetns(t *testing.T, dataDir string) []string {
 	var names []string
 	for _, pod := range pods {
 		st, err := rs.PodSandboxStatus(ctx, pod.Id, true)
+		if status.Code(err) == codes.NotFound {
+			continue // removed since the list (a pod that just left the API)
+		}
 		if err != nil {
 			t.Errorf("CRI of %s: sandbox %s: %v", dataDir, pod.Id, err)
 			continue
