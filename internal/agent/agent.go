@@ -345,9 +345,9 @@ func (a *Agent) newAdmission() error {
 // the figures the eviction manager acts on.
 func (a *Agent) newAPI() error {
 	stats := &nodestats.Source{NodeName: a.cfg.NodeName, NodeStart: nodestats.BootTime(), Host: a.host(),
-		Pods: a.workers.Pods, Stats: a.podMeter().Stats}
+		Pods: a.workers.Pods, Stats: a.podMeter().Stats, Volumes: a.workers.VolumeStats}
 	resourceMetrics := prometheus.NewRegistry()
-	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.Summary})
+	resourceMetrics.MustRegister(nodestats.ResourceCollector{Summary: stats.CPUAndMemory})
 	var err error
 	a.api, err = agentapi.New(agentapi.Config{
 		Addr:               net.JoinHostPort("", strconv.Itoa(a.cfg.AgentPort)),
@@ -361,7 +361,7 @@ func (a *Agent) newAPI() error {
 		Metrics:            a.metrics,
 		Summary: func(ctx context.Context, onlyCPUAndMemory bool) statsapi.Summary {
 			if onlyCPUAndMemory {
-				return nodestats.CPUAndMemory(stats.Summary(ctx))
+				return stats.CPUAndMemory(ctx)
 			}
 			return stats.Summary(ctx)
 		},
@@ -462,7 +462,8 @@ func (a *Agent) cleanupOrphans(ctx context.Context) (pending int) {
 	return a.workers.CleanupOrphans(cctx)
 }
 
-// retryCleanupOrphans goes on while the API cannot confirm that a pod is gone.
+// retryCleanupOrphans goes on while the API cannot confirm that a pod is
+// gone, or a gone pod's CSI volumes wait for their driver to register.
 func (a *Agent) retryCleanupOrphans(ctx context.Context) {
 	for delay := time.Second; ; delay = min(2*delay, 30*time.Second) {
 		select {

@@ -45,6 +45,7 @@ func main() {
 	flag.StringVar(&d.nodeID, "node-id", "", "this node's ID")
 	flag.StringVar(&d.calls, "calls", "", "file the node calls are appended to")
 	flag.BoolVar(&d.stage, "stage", true, "advertise STAGE_UNSTAGE_VOLUME")
+	flag.BoolVar(&d.volumeStats, "volume-stats", true, "advertise GET_VOLUME_STATS")
 	flag.StringVar(&d.failUnpublish, "fail-unpublish-file", "", "while this file exists, NodeUnpublishVolume fails (a driver in trouble)")
 	flag.Parse()
 	if endpoint == "" || regDir == "" || d.dataDir == "" || d.nodeID == "" {
@@ -129,7 +130,7 @@ type driver struct {
 	csi.UnimplementedControllerServer
 	name, dataDir, nodeID, calls string
 	failUnpublish                string
-	stage                        bool
+	stage, volumeStats           bool
 
 	mu        sync.Mutex      // one operation at a time: mounts and the calls file
 	ephemeral map[string]bool // inline volumes published, removed when unpublished
@@ -238,7 +239,55 @@ func (d *driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
 			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME}}})
 	}
+	if d.volumeStats {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
+	}
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// NodeGetVolumeStats reports the filesystem's capacity and what is free of
+// it, and as used the sum of the sizes of the volume's regular files and
+// the number of its entries (the volume itself included): figures a test
+// can compute itself. Not recorded in the calls file: scrapes call it
+// often.
+func (d *driver) NodeGetVolumeStats(_ context.Context, r *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	if !d.volumeStats {
+		return nil, status.Error(codes.Unimplemented, "GET_VOLUME_STATS is not advertised")
+	}
+	if r.VolumeId == "" || r.VolumePath == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID and path are required")
+	}
+	if !mounted(r.VolumePath) {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", r.VolumeId, r.VolumePath)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(r.VolumePath, &fs); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	var used, entries int64
+	err := filepath.WalkDir(r.VolumePath, func(_ string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		entries++
+		if e.Type().IsRegular() {
+			fi, err := e.Info()
+			if err != nil {
+				return err
+			}
+			used += fi.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	bs := int64(fs.Bsize)
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: int64(fs.Blocks) * bs, Available: int64(fs.Bavail) * bs, Used: used},
+		{Unit: csi.VolumeUsage_INODES, Total: int64(fs.Files), Available: int64(fs.Ffree), Used: entries},
+	}}, nil
 }
 
 func (d *driver) NodeStageVolume(_ context.Context, r *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -71,6 +70,11 @@ type testCSIDriver struct {
 	endpoint           string // its CSI socket
 	dataDir, callsFile string
 	failFile           string // while it exists, NodeUnpublishVolume fails
+
+	t      *testing.T
+	args   []string // of the driver's binary
+	cmd    *exec.Cmd
+	stderr *syncBuffer
 }
 
 // csiCall is a line of the driver's calls file (test/csidriver's Call).
@@ -88,6 +92,16 @@ type csiCall struct {
 // test ends.
 func startTestCSIDriver(t *testing.T, p *Podvisor, name string) *testCSIDriver {
 	t.Helper()
+	return startTestCSIDriverOn(t, name, p.DataDir, p.NodeName, "")
+}
+
+// startTestCSIDriverOn runs test/csidriver for the node nodeName whose
+// agent's data dir is agentDataDir, keeping its volumes in dataDir ("": a
+// directory of its own), until the test ends. Drivers of several nodes
+// given the same dataDir share their volumes, as nodes share a storage
+// system.
+func startTestCSIDriverOn(t *testing.T, name, agentDataDir, nodeName, dataDir string) *testCSIDriver {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "csidriver")
 	build := exec.Command("go", "build", "-o", bin, "./test/csidriver")
@@ -95,23 +109,42 @@ func startTestCSIDriver(t *testing.T, p *Podvisor, name string) *testCSIDriver {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building test/csidriver: %v\n%s", err, out)
 	}
-	d := &testCSIDriver{endpoint: filepath.Join(dir, "csi.sock"), dataDir: filepath.Join(dir, "data"), callsFile: filepath.Join(dir, "calls.jsonl"), failFile: filepath.Join(dir, "fail-unpublish")}
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "--name", name, "--endpoint", d.endpoint,
-		"--registration-dir", filepath.Join(p.DataDir, "agent", "plugins_registry"),
-		"--data-dir", d.dataDir, "--node-id", p.NodeName, "--calls", d.callsFile, "--fail-unpublish-file", d.failFile)
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	if dataDir == "" {
+		dataDir = filepath.Join(dir, "data")
 	}
+	d := &testCSIDriver{endpoint: filepath.Join(dir, "csi.sock"), dataDir: dataDir, callsFile: filepath.Join(dir, "calls.jsonl"), failFile: filepath.Join(dir, "fail-unpublish"),
+		t: t, stderr: &syncBuffer{}}
+	d.args = []string{bin, "--name", name, "--endpoint", d.endpoint,
+		"--registration-dir", filepath.Join(agentDataDir, "agent", "plugins_registry"),
+		"--data-dir", d.dataDir, "--node-id", nodeName, "--calls", d.callsFile, "--fail-unpublish-file", d.failFile}
+	d.start()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		d.stop()
 		if t.Failed() {
-			t.Logf("test CSI driver's output:\n%s", stderr.String())
+			t.Logf("test CSI driver's output:\n%s", d.stderr)
 		}
 	})
 	return d
+}
+
+// start runs the driver (again, after stop: its calls file goes on).
+func (d *testCSIDriver) start() {
+	d.t.Helper()
+	d.cmd = exec.Command(d.args[0], d.args[1:]...)
+	d.cmd.Stdout, d.cmd.Stderr = d.stderr, d.stderr
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// stop ends the driver as its registrar does: the sockets go, which
+// deregisters it; its mounts stay.
+func (d *testCSIDriver) stop() {
+	if d.cmd == nil || d.cmd.Process == nil || d.cmd.ProcessState != nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(os.Interrupt)
+	_ = d.cmd.Wait()
 }
 
 func (d *testCSIDriver) calls(t *testing.T) []csiCall {

@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/host/mounts"
@@ -140,6 +141,34 @@ func TestCSIVolumes(t *testing.T) {
 	p.create(t, withClaim("reader", "csi-data", `cat `+mountPath+`/f > `+mountPath+`/seen; exec sleep 3600`))
 	p.waitPod(t, ns, "reader", 3*time.Minute, "Running", running)
 	waitLines(t, filepath.Join(volDir, "seen"), "writer")
+
+	// The driver reports usage (GET_VOLUME_STATS): the summary API lists
+	// the volume under the pod's volume name with its claim and the
+	// driver's figures (its used bytes are the sizes of the volume's files).
+	wantUsed := fileSizes(t, volDir)
+	Eventually(t, 2*time.Minute, "pod reader's CSI volume with the driver's figures in /stats/summary", func() (bool, error) {
+		b, err := p.Admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", p.NodeName, "proxy", "stats", "summary").DoRaw(ctx)
+		if err != nil {
+			return false, err
+		}
+		var sum statsapi.Summary
+		if err := json.Unmarshal(b, &sum); err != nil {
+			return false, err
+		}
+		for _, ps := range sum.Pods {
+			if ps.PodRef.Namespace != ns || ps.PodRef.Name != "reader" {
+				continue
+			}
+			for _, vs := range ps.VolumeStats {
+				if vs.Name == "data" {
+					ok := vs.PVCRef != nil && vs.PVCRef.Name == "csi-data" && ptr.Deref(vs.UsedBytes, 0) == wantUsed && ptr.Deref(vs.CapacityBytes, 0) > 0
+					return ok, fmt.Errorf("volume data: pvcRef %+v, used %v (want %d), capacity %v", vs.PVCRef, ptr.Deref(vs.UsedBytes, 0), wantUsed, ptr.Deref(vs.CapacityBytes, 0))
+				}
+			}
+			return false, fmt.Errorf("pod reader's volumes in the summary: %+v", ps.VolumeStats)
+		}
+		return false, fmt.Errorf("no pod reader in the summary")
+	})
 
 	// An inline (ephemeral) volume of the driver: published into its pod
 	// only, and gone with it.
@@ -368,4 +397,24 @@ func TestCSIRestart(t *testing.T) {
 		t.Errorf("mounts of the deleted pod's volume left: %s, %s", published.Target, published.Staging)
 	}
 	waitLines(t, filepath.Join(volDir, "f"), "before")
+}
+
+// fileSizes is the sum of the sizes of the regular files under dir.
+func fileSizes(t *testing.T, dir string) uint64 {
+	t.Helper()
+	var n uint64
+	err := filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		fi, err := e.Info()
+		if err == nil {
+			n += uint64(fi.Size())
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

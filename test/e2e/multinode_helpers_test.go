@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
@@ -166,6 +168,7 @@ type labAgent struct {
 	DataDir string
 	machine int        // index in the lab's hosts
 	addr    netip.Addr // its machine's
+	args    []string   // of `podvisor agent`, for a restart
 	// podNetns: the /run/netns names of its pod sandboxes, seen before it
 	// stopped, which clean-up must have removed.
 	podNetns map[string]bool
@@ -210,6 +213,9 @@ func sandboxNetns(t *testing.T, dataDir string) []string {
 	var names []string
 	for _, pod := range pods {
 		st, err := rs.PodSandboxStatus(ctx, pod.Id, true)
+		if status.Code(err) == codes.NotFound {
+			continue // removed since the list (a pod that just left the API)
+		}
 		if err != nil {
 			t.Errorf("CRI of %s: sandbox %s: %v", dataDir, pod.Id, err)
 			continue
@@ -253,6 +259,7 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 	var wg sync.WaitGroup
 	for i, node := range nodes {
 		a := &labAgent{Node: node, DataDir: t.TempDir(), machine: i, addr: l.Hosts[i].Addr, podNetns: map[string]bool{}}
+		a.args = append([]string{"--node-name", node, "--data-dir", a.DataDir}, args...)
 		agents[i] = a
 		l.agents = append(l.agents, a)
 		t.Cleanup(func() { l.removeAgent(a) })
@@ -263,16 +270,42 @@ func (l *netLab) startAgents(t *testing.T, nodes []string, args ...string) []*la
 		if err := copyFile(tar, filepath.Join(a.DataDir, "images", "busybox.tar")); err != nil {
 			t.Fatal(err)
 		}
-		cmd := l.agentCommand(i, append([]string{"--node-name", node, "--data-dir", a.DataDir}, args...)...)
-		wg.Go(func() {
-			a.labDaemon, errs[i] = startLabDaemon(t, "agent "+node, cmd, "podvisor agent is ready: node "+node, 3*time.Minute)
-		})
+		wg.Go(func() { errs[i] = l.runAgent(t, a) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	return agents
+}
+
+// runAgent starts a's `podvisor agent` and waits for its ready line.
+func (l *netLab) runAgent(t *testing.T, a *labAgent) (err error) {
+	a.labDaemon, err = startLabDaemon(t, "agent "+a.Node, l.agentCommand(a.machine, a.args...), "podvisor agent is ready: node "+a.Node, 3*time.Minute)
+	return err
+}
+
+// Kill ends the agent with SIGKILL, as a machine that is gone (its pods'
+// containers live on, as their shims are not its children), after
+// recording its pod network namespaces for the lab's clean-up check.
+func (a *labAgent) Kill() {
+	t := a.labDaemon.t
+	t.Helper()
+	for _, name := range sandboxNetns(t, a.DataDir) {
+		a.podNetns[name] = true
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+}
+
+// Restart starts a stopped or killed agent again, with the same arguments.
+func (l *netLab) Restart(t *testing.T, a *labAgent) {
+	t.Helper()
+	if err := l.runAgent(t, a); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // removeAgent stops the agent and removes what it leaves with `podvisor

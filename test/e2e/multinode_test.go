@@ -150,6 +150,30 @@ func (j joinCommand) args() []string {
 	return []string{"--server", j.Server, "--token", j.Token, "--ca-cert-hash", j.CAHash}
 }
 
+// startCluster starts a server and agents joined to it with a bootstrap
+// token, one per node name in the lab's first machines. The server calls
+// a node gone after 10 s of silence: the agents renew their lease every
+// 2 s (a quarter of its duration) rather than 10 s.
+func (l *netLab) startCluster(t *testing.T, nodes ...string) (*Podvisor, joinCommand, []*labAgent) {
+	t.Helper()
+	serverDir := t.TempDir()
+	// Not nextClusterCIDR's 10.100-249: podvisors of other tests route
+	// those in the root namespace, where a packet to a pod of this cluster
+	// would land if this cluster had no route for it.
+	clusterCIDR, err := netlab.UnusedPrefix("10.%d.0.0/16", 250, 254)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.startServer(t, serverDir, clusterCIDR.String(), "--node-monitor-grace-period", "10s")
+	cp := labControlPlane(t, serverDir)
+	join := createToken(t, serverDir)
+	// Disk eviction as the harness's podvisors (harnessEviction).
+	cfg := kubeletConfig(t, "nodeLeaseDurationSeconds: 8\n"+harnessEviction)
+	// The agents route and do not masquerade the server's pod network.
+	agents := l.startAgents(t, nodes, append(join.args(), "--runtime", "containerd", "--config", cfg, "--cluster-cidr", clusterCIDR.String())...)
+	return cp, join, agents
+}
+
 // labControlPlane is the server seen through the Podvisor helpers (the admin
 // client, Namespace, waitPod, kubectl).
 func labControlPlane(t *testing.T, serverDir string) *Podvisor {
@@ -171,30 +195,12 @@ func TestMultiNode(t *testing.T) {
 	started := time.Now()
 	// Machines 1-3 are the nodes; machine 4 runs the agents that must be refused.
 	lab := newNetLab(t, 4)
-	serverDir := t.TempDir()
-	// Not nextClusterCIDR's 10.100-249: podvisors of other tests route
-	// those in the root namespace, where a packet to a pod of this cluster
-	// would land if this cluster had no route for it.
-	clusterCIDR, err := netlab.UnusedPrefix("10.%d.0.0/16", 250, 254)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lab.startServer(t, serverDir, clusterCIDR.String(), "--node-monitor-grace-period", "10s")
-	cp := labControlPlane(t, serverDir)
-	join := createToken(t, serverDir)
+	nodes := []string{"lab-1", "lab-2", "lab-3"}
+	cp, join, agents := lab.startCluster(t, nodes...)
+	serverDir := cp.DataDir
 	if want := "https://" + lab.Gateway.String() + ":"; !strings.HasPrefix(join.Server, want) {
 		t.Errorf("join command's --server %s: want the advertise address, %s…", join.Server, want)
 	}
-	nodes := []string{"lab-1", "lab-2", "lab-3"}
-	// The server calls a node gone after 10 s of silence: the agents renew
-	// their lease every 2 s (a quarter of its duration) rather than 10 s.
-	kubeletConfig := filepath.Join(t.TempDir(), "kubelet.yaml")
-	if err := os.WriteFile(kubeletConfig, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: 8\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// The agents route and do not masquerade the server's pod network.
-	agentArgs := append(join.args(), "--runtime", "containerd", "--config", kubeletConfig, "--cluster-cidr", clusterCIDR.String())
-	agents := lab.startAgents(t, nodes, agentArgs...)
 	ctx := context.Background()
 
 	t.Run("nodes are Ready with their machines' addresses", func(t *testing.T) {

@@ -26,7 +26,9 @@ var update = flag.Bool("update", false, "rewrite testdata/ from the results")
 var t0 = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 
 // input is a node with one pod: a running container burning CPU, an
-// exited init container (not listed, its disk counted), an emptyDir.
+// exited init container (not listed, its disk counted), an emptyDir, a
+// CSI volume with its driver's figures (listed, not counted in the pod's
+// ephemeral storage).
 func input(now time.Time, cpu uint64) Input {
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID("uid-1")},
 		Status: v1.PodStatus{StartTime: &metav1.Time{Time: t0.Add(-time.Hour)}}}
@@ -42,6 +44,8 @@ func input(now time.Time, cpu uint64) Input {
 			eviction.PIDAvailable: {Available: 4000, Capacity: 4096},
 		},
 		Pods: []*v1.Pod{pod, gone},
+		Volumes: map[types.UID][]statsapi.VolumeStats{pod.UID: {{Name: "data", PVCRef: &statsapi.PVCReference{Name: "data-web", Namespace: "default"},
+			FsStats: statsapi.FsStats{Time: metav1.NewTime(now), CapacityBytes: ptr(uint64(1 << 30)), AvailableBytes: ptr(uint64(1<<30 - 8192)), UsedBytes: ptr(uint64(8192))}}}},
 		Stats: func(p *v1.Pod) (eviction.PodStats, bool) {
 			if p.UID != pod.UID {
 				return eviction.PodStats{}, false
@@ -137,5 +141,34 @@ func TestResourceMetricsFormat(t *testing.T) {
 			}
 		}
 		golden(t, name, buf.Bytes())
+	}
+}
+
+type fixedHost struct{ in Input }
+
+func (h fixedHost) Usage() eviction.NodeUsage      { return h.in.Node }
+func (h fixedHost) Observe() eviction.Observations { return h.in.Host }
+
+// The full summary asks for the pods' volumes (CSI drivers' figures); the
+// CPU-and-memory one, behind the resource metrics that metrics-server
+// scrapes, never does.
+func TestSourceAsksForVolumesOnlyForTheFullSummary(t *testing.T) {
+	in := input(t0, 1e9)
+	asked := 0
+	src := &Source{NodeName: in.NodeName, Host: fixedHost{in}, Pods: func() []*v1.Pod { return in.Pods },
+		Stats: func(context.Context, []*v1.Pod) eviction.StatsFunc { return in.Stats },
+		Volumes: func(_ context.Context, p *v1.Pod) []statsapi.VolumeStats {
+			asked++
+			return in.Volumes[p.UID]
+		}}
+	if sum := src.CPUAndMemory(context.Background()); asked != 0 || len(sum.Pods) != 1 {
+		t.Fatalf("CPUAndMemory asked for volumes %d times, %d pods", asked, len(sum.Pods))
+	}
+	sum := src.Summary(context.Background())
+	if asked != len(in.Pods) {
+		t.Fatalf("Summary asked for the volumes of %d pods, want %d", asked, len(in.Pods))
+	}
+	if vs := sum.Pods[0].VolumeStats; len(vs) != 2 || vs[1].Name != "data" || vs[1].PVCRef == nil {
+		t.Fatalf("summary's volumes %+v: want the emptyDir, then the CSI volume with its claim", vs)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
@@ -30,6 +31,10 @@ type Input struct {
 	Host      eviction.Observations // filesystems and PIDs, as eviction observes them
 	Pods      []*v1.Pod
 	Stats     eviction.StatsFunc
+	// Volumes are the figures of pods' volumes measured elsewhere (CSI
+	// volumes, by their drivers), by pod UID: listed, not counted in the
+	// pod's ephemeral storage.
+	Volumes map[types.UID][]statsapi.VolumeStats
 }
 
 // CPUSample is a cumulative CPU time at a time, the base of the next rate.
@@ -113,6 +118,7 @@ func Build(in Input, prev map[string]CPUSample) (statsapi.Summary, map[string]CP
 			ephBytes, ephInodes = ephBytes+v.Bytes, ephInodes+v.Inodes
 			ps.VolumeStats = append(ps.VolumeStats, statsapi.VolumeStats{Name: v.Name, FsStats: *used(now, nodeFs, v.Bytes, v.Inodes)})
 		}
+		ps.VolumeStats = append(ps.VolumeStats, in.Volumes[pod.UID]...)
 		if len(ps.Containers) > 0 {
 			ps.CPU = cpu(pod.Namespace+"/"+pod.Name+"/"+string(pod.UID), podCPU)
 			ps.Memory = memory(now, podWS, podUsage, podRSS)
@@ -181,14 +187,25 @@ type Source struct {
 	}
 	Pods  func() []*v1.Pod
 	Stats func(context.Context, []*v1.Pod) eviction.StatsFunc
-	Clock clock.Clock // nil: the real clock
+	// Volumes measures a pod's volumes beyond the emptyDirs (nil: none).
+	Volumes func(context.Context, *v1.Pod) []statsapi.VolumeStats
+	Clock   clock.Clock // nil: the real clock
 
 	mu   sync.Mutex
 	prev map[string]CPUSample
 }
 
 // Summary samples the node and its pods now.
-func (s *Source) Summary(ctx context.Context) statsapi.Summary {
+func (s *Source) Summary(ctx context.Context) statsapi.Summary { return s.sample(ctx, true) }
+
+// CPUAndMemory samples what ?only_cpu_and_memory=true and the resource
+// metrics show: without the volumes, so that their scrapes never call a
+// CSI driver.
+func (s *Source) CPUAndMemory(ctx context.Context) statsapi.Summary {
+	return CPUAndMemory(s.sample(ctx, false))
+}
+
+func (s *Source) sample(ctx context.Context, volumes bool) statsapi.Summary {
 	c := s.Clock
 	if c == nil {
 		c = clock.RealClock{}
@@ -196,6 +213,14 @@ func (s *Source) Summary(ctx context.Context) statsapi.Summary {
 	pods := s.Pods()
 	in := Input{NodeName: s.NodeName, NodeStart: s.NodeStart, Node: s.Host.Usage(), Host: s.Host.Observe(),
 		Pods: pods, Stats: s.Stats(ctx, pods)}
+	if volumes && s.Volumes != nil {
+		in.Volumes = map[types.UID][]statsapi.VolumeStats{}
+		for _, pod := range pods {
+			if vs := s.Volumes(ctx, pod); len(vs) > 0 {
+				in.Volumes[pod.UID] = vs
+			}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	in.Now = c.Now()

@@ -393,7 +393,9 @@ func (m *Manager) worker(uid types.UID) *worker {
 // when a consistent list of the node's pods confirms that its pod is gone: a
 // pod the source has not delivered but the API still has is given a worker
 // instead, and when the API cannot be asked every instance is kept for the
-// next call. It returns how many pods are still unresolved.
+// next call. It returns how many pods are still unresolved: instances kept,
+// or directories kept while their CSI volumes wait for their drivers (a
+// node back from the dead runs its drivers' pods after the agent starts).
 func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	m.mu.Lock()
 	candidates := make([]types.UID, 0, len(m.orphans))
@@ -402,8 +404,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	}
 	m.mu.Unlock()
 	if len(candidates) == 0 {
-		m.removeUnknownPodDirs()
-		return 0
+		return m.removeUnknownPodDirs()
 	}
 	onNode, err := m.podsOnNode(ctx)
 	if err != nil {
@@ -436,8 +437,7 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		}
 		m.removeOrphanCgroup(uid)
 	}
-	m.removeUnknownPodDirs()
-	return 0
+	return m.removeUnknownPodDirs()
 }
 
 // removeOrphanCgroup removes the cgroup of a pod the API no longer has,
@@ -454,16 +454,35 @@ func (m *Manager) removeOrphanCgroup(uid types.UID) {
 }
 
 // removeUnknownPodDirs removes the directories of pods that have neither a
-// worker nor instances waiting to be claimed.
-func (m *Manager) removeUnknownPodDirs() {
+// worker nor instances waiting to be claimed. It returns how many it had to
+// keep: their CSI volumes could not be unpublished yet (volume.TearDown).
+func (m *Manager) removeUnknownPodDirs() (kept int) {
 	// Read the directory before listing the workers: a directory made after
 	// the read belongs to a worker the listing then includes.
 	entries, _ := os.ReadDir(m.cfg.PodsDir)
+	known := m.knownPodDirs()
+	for _, e := range entries {
+		if known[e.Name()] {
+			continue
+		}
+		if m.vols.TearDown(filepath.Join(m.cfg.PodsDir, e.Name())) {
+			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
+		} else {
+			kept++
+		}
+	}
+	return kept
+}
+
+// knownPodDirs are the directory names (and UIDs) of the pods that have a
+// worker or re-adopted instances waiting to be claimed.
+func (m *Manager) knownPodDirs() map[string]bool {
 	m.mu.Lock()
 	known := map[string]bool{}
+	workers := make([]*worker, 0, len(m.workers))
 	for uid, w := range m.workers {
 		known[string(uid)] = true
-		known[w.podDirName()] = true
+		workers = append(workers, w)
 	}
 	for uid, a := range m.orphans {
 		known[string(uid)] = true
@@ -475,12 +494,11 @@ func (m *Manager) removeUnknownPodDirs() {
 		}
 	}
 	m.mu.Unlock()
-	for _, e := range entries {
-		if !known[e.Name()] {
-			m.vols.TearDown(filepath.Join(m.cfg.PodsDir, e.Name()))
-			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
-		}
+	// Outside m.mu: a worker's name is read under its own lock.
+	for _, w := range workers {
+		known[w.podDirName()] = true
 	}
+	return known
 }
 
 // podsOnNode lists the pods bound to this node, by UID, with a consistent

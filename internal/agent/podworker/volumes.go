@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/podvisor/podvisor/internal/agent/volume"
 	"github.com/podvisor/podvisor/internal/runtime"
@@ -25,10 +26,22 @@ type Volumes interface {
 	// Unmount unpublishes (and unstages) the pod's CSI volumes once it
 	// has terminated; the final delete waits for it to succeed.
 	Unmount(ctx context.Context, podDir string) error
-	TearDown(podDir string)
+	// TearDown empties the pod's directory of mounts and reports whether
+	// it may be removed (not while a CSI volume could not be unpublished).
+	TearDown(podDir string) bool
+	// CSIVolumeStats are the usage of the pod's CSI volumes as their
+	// drivers report it, for the summary API.
+	CSIVolumeStats(ctx context.Context, pod *v1.Pod, podDir string) []statsapi.VolumeStats
 }
 
 var _ Volumes = (*volume.Manager)(nil)
+
+// VolumeStats are the usage of the pod's volumes that the volume manager
+// measures beyond the eviction manager's emptyDirs: CSI volumes whose
+// drivers report it.
+func (m *Manager) VolumeStats(ctx context.Context, pod *v1.Pod) []statsapi.VolumeStats {
+	return m.vols.CSIVolumeStats(ctx, pod, m.PodDir(pod))
+}
 
 // newVolumes makes the volume manager of m, which reads the pods' objects
 // through m (watching them) and knows the pods from m's workers.
@@ -71,19 +84,7 @@ func (p podView) Pod(uid types.UID) (*v1.Pod, bool) {
 	return w.pod, !w.finished && !w.gone
 }
 
-func (p podView) Dirs() map[string]bool {
-	p.m.mu.Lock()
-	workers := make([]*worker, 0, len(p.m.workers))
-	for _, w := range p.m.workers {
-		workers = append(workers, w)
-	}
-	p.m.mu.Unlock()
-	dirs := make(map[string]bool, len(workers))
-	for _, w := range workers {
-		dirs[w.podDirName()] = true
-	}
-	return dirs
-}
+func (p podView) Dirs() map[string]bool { return p.m.knownPodDirs() }
 
 // waitingReason is the waiting reason of a container whose creation failed
 // with err, and whether the failure deserves a Failed event.

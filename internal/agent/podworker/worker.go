@@ -437,8 +437,9 @@ func (w *worker) finish(ctx context.Context) {
 	w.mu.Unlock()
 	w.removeInstances(ctx, pod, ids)
 	w.removeSandboxes(ctx, pod)
-	w.m.vols.TearDown(w.podDir())
-	_ = os.RemoveAll(w.podDir())
+	if w.m.vols.TearDown(w.podDir()) {
+		_ = os.RemoveAll(w.podDir())
+	} // else the volume manager's sweep removes it once its CSI volumes are unpublished
 	w.m.removeWorker(w.uid)
 }
 

@@ -53,6 +53,8 @@ func (vm *Manager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs
 	switch m.Kind {
 	case claim.KindCSI:
 		return vm.setupCSI(ctx, pod, v, pv, m.ReadOnly, pvs)
+	case claim.KindNFS:
+		return vm.setupNFS(ctx, pvs.dir, m)
 	case claim.KindHostPath:
 		if err := checkHostPath(&v1.HostPathVolumeSource{Path: m.Path, Type: m.HostPathType}); err != nil {
 			return "", err

@@ -117,7 +117,7 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
 	}
 	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName,
-		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent}
+		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, PodVolume: v.Name}
 	if ephemeral {
 		rec.VolumeLifecycleMode = storagev1.VolumeLifecycleEphemeral
 		if err := csivolume.EphemeralAllowed(driver, vol.Driver); err != nil {
@@ -364,14 +364,17 @@ func (vm *Manager) otherRecords(podDir string) []csivolume.Record {
 }
 
 // unmountOnTearDown unpublishes what Unmount did not (a pod gone from the
-// API before it finished): bounded, logged, since TearDown cannot fail.
-func (vm *Manager) unmountOnTearDown(podDir string) {
-	if recs, _ := records(podDir); len(recs) == 0 {
-		return
+// API before it finished, or while the agent was down): bounded, logged.
+// It reports whether nothing is left published.
+func (vm *Manager) unmountOnTearDown(podDir string) bool {
+	if recs, err := records(podDir); len(recs) == 0 && err == nil {
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), csiTimeout)
 	defer cancel()
 	if err := vm.Unmount(ctx, podDir); err != nil {
-		vm.cfg.Log.Warn("CSI volumes of a removed pod not torn down", "dir", podDir, "err", err)
+		vm.cfg.Log.Warn("CSI volumes of a removed pod not torn down yet; its directory stays until they are", "dir", podDir, "err", err)
+		return false
 	}
+	return true
 }

@@ -314,3 +314,52 @@ func TestCSIVolumeGetsThePodsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A pod gone while the node was down left its CSI volume published: its
+// directory stays, volume and all, until the driver registers (a node that
+// comes back runs its driver's pod after the agent), then the sweep has
+// the driver unpublish and unstage it and removes the directory. Detaching
+// it by path would leave the volume staged and the driver never told.
+func TestCSIVolumeOfAGonePodWaitsForItsDriver(t *testing.T) {
+	gone := claimPod("gone")
+	f := newCSIFixture(t, true, nil)
+	reg := f.vm.cfg.CSI.(csiDrivers)
+	client := reg[testDriver]
+	delete(reg, testDriver) // not registered yet
+	dir := f.podDir(gone)
+	if err := writeRecord(dir, csivolume.Record{SpecVolID: "pv-1", VolumeHandle: "h1", DriverName: testDriver, NodeName: "n",
+		Staged: true, VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, PodVolume: "data"}); err != nil {
+		t.Fatal(err)
+	}
+	target := noderequest.PublishPath(dir, "pv-1")
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(target, "data") // the volume's, as if mounted there
+	if err := os.WriteFile(data, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if f.vm.TearDown(dir) {
+		t.Fatal("TearDown let the directory go while its CSI volume's driver is not registered")
+	}
+	f.vm.sweep()
+	if _, err := os.Stat(data); err != nil {
+		t.Fatalf("the volume's data went before its driver unpublished it: %v", err)
+	}
+
+	reg[testDriver] = client
+	gomock.InOrder(
+		f.node.EXPECT().NodeUnpublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+			func(_ context.Context, r *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+				if r.TargetPath != target {
+					t.Errorf("NodeUnpublishVolume %v", r)
+				}
+				return &csi.NodeUnpublishVolumeResponse{}, os.RemoveAll(r.TargetPath) // the driver unmounts
+			}),
+		f.node.EXPECT().NodeUnstageVolume(gomock.Any(), gomock.Any()).Return(&csi.NodeUnstageVolumeResponse{}, nil),
+	)
+	f.vm.sweep()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the gone pod's directory is left once its driver unpublished its volume: %v", err)
+	}
+}

@@ -116,8 +116,18 @@ func checkHostPath(hp *v1.HostPathVolumeSource) error {
 // node: containerd mounting rootfs) can miss an entry, and a missed tmpfs
 // stayed mounted with its directory, so each volume directory is also
 // unmounted by path (EINVAL for one that is no mount point).
-func (vm *Manager) TearDown(podDir string) {
-	vm.unmountOnTearDown(podDir)
+//
+// It reports whether the directory may go. Not while a CSI volume
+// published into it could not be unpublished by its driver — not
+// registered (yet: a node that comes back runs its driver's pod after the
+// agent starts) or failing: then nothing is unmounted and the sweep tries
+// again, as the kubelet keeps an orphaned pod's directory while volumes
+// are in it. Detaching the volume by path instead would leave it staged,
+// its driver never told, and removing the directory would reach into it.
+func (vm *Manager) TearDown(podDir string) bool {
+	if !vm.unmountOnTearDown(podDir) {
+		return false
+	}
 	unmountUnder(podDir)
 	// A CSI volume whose driver did not unpublish it is mounted one level
 	// deeper (…/kubernetes.io~csi/<pv>/mount); detached by path too, so
@@ -135,24 +145,36 @@ func (vm *Manager) TearDown(podDir string) {
 			}
 		}
 	}
+	return true
 }
 
 // sweep removes the directories of pods no worker holds that a plain
-// removal could not remove because a tmpfs was still mounted in them.
+// removal could not remove: a tmpfs was still mounted in them, or a CSI
+// volume whose driver could not unpublish it then (TearDown).
 func (vm *Manager) sweep() {
 	live := vm.cfg.Pods.Dirs()
 	root := filepath.Clean(vm.cfg.PodsDir) + string(filepath.Separator)
+	stale := map[string]bool{}
 	for _, mp := range mountPoints() {
 		rest, ok := strings.CutPrefix(mp, root)
 		if !ok {
 			continue
 		}
 		podDir, _, _ := strings.Cut(rest, string(filepath.Separator))
-		if live[podDir] {
-			continue
+		if !live[podDir] {
+			stale[podDir] = true
 		}
-		unmountUnder(filepath.Join(root, podDir))
-		os.RemoveAll(filepath.Join(root, podDir))
+	}
+	entries, _ := os.ReadDir(vm.cfg.PodsDir)
+	for _, e := range entries {
+		if recs, _ := records(filepath.Join(root, e.Name())); len(recs) > 0 && !live[e.Name()] {
+			stale[e.Name()] = true
+		}
+	}
+	for podDir := range stale {
+		if vm.TearDown(filepath.Join(root, podDir)) {
+			os.RemoveAll(filepath.Join(root, podDir))
+		}
 	}
 }
 

@@ -136,6 +136,15 @@ func (c *Client) Unpublish(ctx context.Context, req *csi.NodeUnpublishVolumeRequ
 	return nil
 }
 
+// VolumeStats calls NodeGetVolumeStats.
+func (c *Client) VolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	resp, err := c.node.NodeGetVolumeStats(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("NodeGetVolumeStats %s: %w", req.GetVolumeId(), err)
+	}
+	return resp, nil
+}
+
 // Final reports whether a failed call is known not to be still in progress
 // in the driver. As upstream, a call that timed out, was cancelled, found
 // the driver unavailable or busy, or failed before reaching the driver

@@ -281,3 +281,14 @@ func CapabilitiesFrom(resp *csi.NodeGetCapabilitiesResponse) Capabilities {
 	}
 	return c
 }
+
+// VolumeStatsRequest asks for the usage of v as published into the pod
+// whose directory is podDir; the staging path too where the volume was
+// staged, as upstream sends it.
+func VolumeStatsRequest(root string, v Volume, podDir string, staged bool) *csi.NodeGetVolumeStatsRequest {
+	req := &csi.NodeGetVolumeStatsRequest{VolumeId: v.Handle, VolumePath: PublishPath(podDir, v.SpecName)}
+	if staged {
+		req.StagingTargetPath = StagingPath(root, v.Driver, v.Handle)
+	}
+	return req
+}

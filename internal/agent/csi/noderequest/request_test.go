@@ -256,3 +256,16 @@ func TestFromInline(t *testing.T) {
 		t.Fatal("an inline volume without a driver was accepted")
 	}
 }
+
+func TestVolumeStatsRequest(t *testing.T) {
+	v, _ := FromPV(pv(nil), false)
+	podDir := "/data/agent/pods/ns_p_uid"
+	got := VolumeStatsRequest(root, v, podDir, true)
+	want := &csi.NodeGetVolumeStatsRequest{VolumeId: "h1", VolumePath: PublishPath(podDir, v.SpecName), StagingTargetPath: StagingPath(root, "d.example.com", "h1")}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Fatalf("VolumeStatsRequest of a staged volume (-want +got):\n%s", d)
+	}
+	if got := VolumeStatsRequest(root, v, podDir, false); got.StagingTargetPath != "" {
+		t.Fatalf("a volume that was not staged got staging path %q", got.StagingTargetPath)
+	}
+}

@@ -9,6 +9,8 @@ package claim
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -40,6 +42,9 @@ const (
 	// KindCSI: the PV's CSI driver publishes it into the pod's directory;
 	// Path is empty (the volume manager knows where).
 	KindCSI Kind = "csi"
+	// KindNFS: the host's NFS client mounts NFSSource in the pod's
+	// directory; Path is empty (the volume manager knows where).
+	KindNFS Kind = "nfs"
 )
 
 // Mount is a resolved claim: the PV's path on this node, mounted as a bind
@@ -52,6 +57,9 @@ type Mount struct {
 	// HostPathType is the hostPath PV's type, checked (and for the
 	// *OrCreate types acted on) by the caller as for a hostPath volume.
 	HostPathType *v1.HostPathType
+	// NFSSource (server:export) and MountOptions (the PV's) of an nfs PV.
+	NFSSource    string
+	MountOptions []string
 }
 
 // Error is a claim that cannot be mounted (yet). ProcessingFailed errors
@@ -136,10 +144,36 @@ func Resolve(pod *v1.Pod, v *v1.Volume, pvc *v1.PersistentVolumeClaim, pvcErr er
 		m.Kind, m.Path = KindLocal, pv.Spec.Local.Path
 	case pv.Spec.CSI != nil:
 		m.Kind = KindCSI
+	case pv.Spec.NFS != nil:
+		m.Kind, m.NFSSource, m.MountOptions = KindNFS, nfsSource(pv.Spec.NFS), pv.Spec.MountOptions
+		m.ReadOnly = m.ReadOnly || pv.Spec.NFS.ReadOnly
 	default:
-		return Mount{}, processing(pod, name, "PV %s is of type %s, which this node cannot mount yet (supported: hostPath, local, csi)", pv.Name, sourceType(pv))
+		return Mount{}, processing(pod, name, "PV %s is of type %s, which this node cannot mount yet (supported: hostPath, local, csi, nfs)", pv.Name, sourceType(pv))
 	}
 	return m, nil
+}
+
+// nfsSource is the NFS export as mount.nfs takes it: server:path, an IPv6
+// server in brackets, as upstream's nfs plugin.
+func nfsSource(n *v1.NFSVolumeSource) string {
+	if ip, err := netip.ParseAddr(n.Server); err == nil && ip.Is6() {
+		return "[" + n.Server + "]:" + n.Path
+	}
+	return n.Server + ":" + n.Path
+}
+
+// NFSMountArgs are mount(8)'s arguments for an nfs Mount at target: ro for
+// a read-only volume first, then the PV's mountOptions.
+func NFSMountArgs(m Mount, target string) []string {
+	opts := slices.Clone(m.MountOptions)
+	if m.ReadOnly {
+		opts = append([]string{"ro"}, opts...)
+	}
+	args := []string{"-t", "nfs"}
+	if len(opts) > 0 {
+		args = append(args, "-o", strings.Join(opts, ","))
+	}
+	return append(args, m.NFSSource, target)
 }
 
 // sourceType names the volume source a PV has, as its field in the API.

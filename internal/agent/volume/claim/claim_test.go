@@ -73,8 +73,13 @@ func TestResolve(t *testing.T) {
 			processing: true, wantErr: "found PV object pv-1 but its pv.Spec.ClaimRef.UID other does not point to claim.UID claim-uid"},
 		{name: "PV not bound back", vol: claimVol, pvc: bound(), pv: pv(hostPath, func(p *v1.PersistentVolume) { p.Spec.ClaimRef = nil }),
 			processing: true, wantErr: "it has a nil pv.Spec.ClaimRef"},
-		{name: "nfs PV", vol: claimVol, pvc: bound(), pv: pv(v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}}),
-			processing: true, wantErr: "PV pv-1 is of type nfs, which this node cannot mount yet (supported: hostPath, local, csi)"},
+		{name: "nfs PV: the volume manager mounts it, read-only as the PV says", vol: claimVol, pvc: bound(),
+			pv:   pv(v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/exports/a", ReadOnly: true}}, func(p *v1.PersistentVolume) { p.Spec.MountOptions = []string{"nfsvers=4.1"} }),
+			want: Mount{PV: "pv-1", Kind: KindNFS, ReadOnly: true, NFSSource: "s:/exports/a", MountOptions: []string{"nfsvers=4.1"}}},
+		{name: "nfs PV on an IPv6 server", vol: roVol, pvc: bound(), pv: pv(v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "fd00::5", Path: "/x"}}),
+			want: Mount{PV: "pv-1", Kind: KindNFS, ReadOnly: true, NFSSource: "[fd00::5]:/x"}},
+		{name: "PV of a type the node cannot mount", vol: claimVol, pvc: bound(), pv: pv(v1.PersistentVolumeSource{ISCSI: &v1.ISCSIPersistentVolumeSource{TargetPortal: "p", IQN: "i"}}),
+			processing: true, wantErr: "PV pv-1 is of type iscsi, which this node cannot mount yet (supported: hostPath, local, csi, nfs)"},
 		{name: "CSI PV: the volume manager publishes it", vol: roVol, pvc: bound(), pv: pv(v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{Driver: "d", VolumeHandle: "h"}}),
 			want: Mount{PV: "pv-1", Kind: KindCSI, ReadOnly: true}},
 		{name: "block mode", vol: claimVol, pvc: bound(), pv: pv(local, func(p *v1.PersistentVolume) { p.Spec.VolumeMode = ptr.To(v1.PersistentVolumeBlock) }),
@@ -143,6 +148,21 @@ func TestName(t *testing.T) {
 		name, ro, ok := Name(pod, &tc.v)
 		if name != tc.name || ro != tc.readOnly || ok != tc.ok {
 			t.Errorf("Name(%+v) = %q %v %v, want %q %v %v", tc.v.VolumeSource, name, ro, ok, tc.name, tc.readOnly, tc.ok)
+		}
+	}
+}
+
+func TestNFSMountArgs(t *testing.T) {
+	for _, tc := range []struct {
+		m    Mount
+		want string
+	}{
+		{Mount{NFSSource: "s:/e"}, "-t nfs s:/e /t"},
+		{Mount{NFSSource: "s:/e", ReadOnly: true, MountOptions: []string{"nfsvers=4.1", "hard"}}, "-t nfs -o ro,nfsvers=4.1,hard s:/e /t"},
+		{Mount{NFSSource: "[fd00::5]:/e", MountOptions: []string{"soft"}}, "-t nfs -o soft [fd00::5]:/e /t"},
+	} {
+		if got := strings.Join(NFSMountArgs(tc.m, "/t"), " "); got != tc.want {
+			t.Errorf("NFSMountArgs(%+v) = %q, want %q", tc.m, got, tc.want)
 		}
 	}
 }

@@ -158,6 +158,9 @@ type Record struct {
 	// VolumeLifecycleMode is Persistent (a PV) or Ephemeral (an inline
 	// volume, which is neither attached nor staged).
 	VolumeLifecycleMode storagev1.VolumeLifecycleMode `json:"volumeLifecycleMode,omitempty"`
+	// PodVolume is the name of the pod's volume (the PV is SpecVolID), for
+	// the volume's stats; podvisor's own, absent from older records.
+	PodVolume string `json:"podVolume,omitempty"`
 }
 
 // Encode and Decode the record file.
