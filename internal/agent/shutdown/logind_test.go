@@ -102,7 +102,40 @@ func TestLogindTrigger(t *testing.T) {
 	}
 	cancel()
 	waitClosed(t, watching, "WatchLogind to return")
-	waitClosed(t, again.Released(), "the lock to be released when the agent stops")
+	select {
+	case <-again.Released():
+	case <-time.After(wait):
+		// Say what else was handed out: a third lock would mean the
+		// agent took one more after the test's second.
+		locks, _ := logind.Locks()
+		t.Fatalf("timed out waiting for the lock to be released when the agent stops (%d locks handed out)", len(locks))
+	}
+}
+
+// The inhibitor lock's descriptor is not inherited by the processes the
+// agent starts: a copy in a shim would keep logind waiting. (Go receives
+// descriptors close-on-exec, MSG_CMSG_CLOEXEC; this keeps it so.)
+func TestLogindLockIsCloseOnExec(t *testing.T) {
+	bus := startBus(t)
+	logind, err := fakelogind.Start(bus.Address, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logind.Close()
+	f := newFixture(t, []Band{{0, 10 * time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.m.WatchLogind(ctx, bus.Address)
+	lock := nextLock(t, logind, 0)
+	// A child that lives on: with a copy of the descriptor, the lock could
+	// not be released while it runs.
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	cancel()
+	waitClosed(t, lock.Released(), "the lock to be released while a child started under it runs")
 }
 
 // Without logind on the bus: one line, and the command is the trigger.
