@@ -98,7 +98,16 @@ func (a *Agent) openRuntime(agentDir, hostIP string) error {
 			a.cgroups = cg
 		}
 	}
-	r, err := cri.New(ctx, cri.Config{Endpoint: endpoint, StateDir: filepath.Join(agentDir, "cri"), HostIPs: []string{hostIP}, Log: a.cfg.Log})
+	criCfg := cri.Config{Endpoint: endpoint, StateDir: filepath.Join(agentDir, "cri"), HostIPs: []string{hostIP}, Log: a.cfg.Log}
+	if p := a.containerd; p != nil {
+		// The exits podvisor's shim keeps, for those containerd loses
+		// when it is killed while it handles them.
+		criCfg.ExitKept = func(id string) (uint32, time.Time, bool) {
+			e, ok := p.ExitKept(id)
+			return e.ExitStatus, e.ExitedAt, ok
+		}
+	}
+	r, err := cri.New(ctx, criCfg)
 	if err != nil {
 		a.stopContainerd()
 		return fmt.Errorf("CRI runtime at %s: %w", endpoint, err)

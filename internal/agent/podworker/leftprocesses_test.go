@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -103,6 +104,33 @@ func TestLeftProcessIsKilledAndThePodDeleted(t *testing.T) {
 	}
 	if left := cg.killedAt.Sub(cg.seenAt); left < lifecycle.LeftProcessesGrace {
 		t.Errorf("killed %v after it was first seen, want at least %v", left, lifecycle.LeftProcessesGrace)
+	}
+}
+
+// A pod the API no longer has may leave a process in its cgroup that no
+// container or sandbox accounts for (issue 25: the `runc init` of a start
+// that a crash interrupted, left in a crash test): once its instances are
+// removed, the cleanup kills it and removes the cgroup. (Before, the
+// removal failed with EBUSY and the process ran on.)
+func TestCleanupOrphansKillsWhatIsLeftInTheirCgroup(t *testing.T) {
+	gone := onNode(testPod("gone"))
+	rt := &countingRuntime{fakeRuntime: newFakeRuntime()}
+	s := adoptedInstance(gone, "gone-1", 0, runtime.StateCreated)
+	rt.byID[s.ID] = s
+	cg := &leftCgroup{clk: clocktesting.NewFakeClock(time.Now()), left: 1}
+	m := startManager(t, Config{NodeName: "n", PodsDir: t.TempDir(), Runtime: setOf(rt),
+		Status: &statusLog{last: map[types.UID]v1.PodStatus{}}, Recorder: record.NewFakeRecorder(1000),
+		Client: fake.NewClientset(), Cgroups: cg})
+	if pending := m.CleanupOrphans(context.Background()); pending != 0 {
+		t.Fatalf("pending = %d, want 0", pending)
+	}
+	if _, _, _, removed := rt.calls(); len(removed) != 1 {
+		t.Errorf("removed %v, want the orphan's instance", removed)
+	}
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.left != 0 || cg.killedAt.IsZero() {
+		t.Errorf("%d processes left in the orphan's cgroup, want them killed", cg.left)
 	}
 }
 

@@ -435,19 +435,25 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 		for _, sb := range a.sandboxes {
 			_ = m.cfg.Runtime.Sandboxes.RemoveSandbox(ctx, sb.ID)
 		}
-		m.removeOrphanCgroup(uid)
+		m.removeOrphanCgroup(uid, a)
 	}
 	return m.removeUnknownPodDirs()
 }
 
 // removeOrphanCgroup removes the cgroup of a pod the API no longer has,
-// whichever QoS class it was of.
-func (m *Manager) removeOrphanCgroup(uid types.UID) {
+// whichever QoS class it was of, its instances a removed: what is left in
+// it is killed (a `runc init` of a start a crash interrupted was seen left
+// there, issue 25), as when a worker removes a pod's.
+func (m *Manager) removeOrphanCgroup(uid types.UID, a *adopted) {
 	if m.cfg.Cgroups == nil {
 		return
 	}
+	name := string(uid)
+	for _, s := range a.containers {
+		name = s.PodNamespace + "/" + s.PodName
+	}
 	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
-		if err := m.cfg.Cgroups.Remove(podcgroup.Parent(string(uid), qos)); err != nil {
+		if err := m.removePodCgroup(podcgroup.Parent(string(uid), qos), name); err != nil {
 			m.cfg.Log.Warn("removing the cgroup of a pod the API no longer has", "podUID", uid, "err", err)
 		}
 	}

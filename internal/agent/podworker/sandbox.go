@@ -308,31 +308,36 @@ func (m *Manager) sandboxSpec(pod *v1.Pod, attempt int32, logDir string) (runtim
 	return spec, nil
 }
 
-// removeCgroup removes the pod's cgroup once its sandboxes are gone. A
-// process still in it has outlived its container and sandbox (one that
-// escaped, or one still dying): it is killed, as the kubelet kills what is
-// left in a pod's cgroup before removing it, and the removal is tried
-// again while it dies.
+// removeCgroup removes the pod's cgroup once its sandboxes are gone.
 func (w *worker) removeCgroup(pod *v1.Pod) {
 	if w.m.cfg.Cgroups == nil {
 		return
 	}
-	parent := podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod))
-	err := w.m.cfg.Cgroups.Remove(parent)
-	if err == nil {
-		return
+	name := pod.Namespace + "/" + pod.Name
+	if err := w.m.removePodCgroup(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)), name); err != nil {
+		w.m.cfg.Log.Warn("removing the pod's cgroup", "pod", name, "err", err)
 	}
-	pids, kerr := w.m.cfg.Cgroups.KillProcesses(parent)
+}
+
+// removePodCgroup removes the cgroup parent of pod (its name, for the
+// log), whose containers and sandboxes are gone. A process still in it has
+// outlived its container and sandbox (one that escaped, or one still
+// dying): it is killed, as the kubelet kills what is left in a pod's cgroup
+// before removing it, and the removal is tried again while it dies.
+func (m *Manager) removePodCgroup(parent, pod string) error {
+	err := m.cfg.Cgroups.Remove(parent)
+	if err == nil {
+		return nil
+	}
+	pids, kerr := m.cfg.Cgroups.KillProcesses(parent)
 	if len(pids) > 0 || kerr != nil {
-		w.m.cfg.Log.Warn("killed processes left in the cgroup of a pod that is gone", "pod", pod.Namespace+"/"+pod.Name, "pids", pids, "err", kerr)
+		m.cfg.Log.Warn("killed processes left in the cgroup of a pod that is gone", "pod", pod, "pids", pids, "err", kerr)
 	}
 	for try := 0; try < cgroupRemoveTries && err != nil && len(pids) > 0; try++ {
-		<-w.m.cfg.Clock.After(cgroupRemoveRetry)
-		err = w.m.cfg.Cgroups.Remove(parent)
+		<-m.cfg.Clock.After(cgroupRemoveRetry)
+		err = m.cfg.Cgroups.Remove(parent)
 	}
-	if err != nil {
-		w.m.cfg.Log.Warn("removing the pod's cgroup", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-	}
+	return err
 }
 
 // A pod cgroup whose processes were just killed is removed again up to

@@ -7,6 +7,8 @@ import (
 	eventtypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/v2/pkg/protobuf"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/podvisor/podvisor/internal/runtime/containerd/keptexit"
 )
 
 // TaskExit is the exit of a container's main process, as the shim reports
@@ -67,4 +69,17 @@ func (p *Process) watchTaskExitsOnce(ctx context.Context, fn func(TaskExit)) {
 			return
 		}
 	}
+}
+
+// ExitKept is the exit of container id that podvisor's shim kept when the
+// container's task was deleted (package keptexit): the exit containerd's
+// CRI reports lost (exit 255, reason Unknown) when containerd was killed
+// after it deleted the task but before it recorded the exit. It is there
+// until the CRI removes the container.
+func (p *Process) ExitKept(id string) (TaskExit, bool) {
+	e, ok := keptexit.Read(p.paths.KeptExits, id)
+	if !ok {
+		return TaskExit{}, false
+	}
+	return TaskExit{ContainerID: id, ExitStatus: e.Status, ExitedAt: e.At}, true
 }

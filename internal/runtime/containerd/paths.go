@@ -28,6 +28,10 @@ type Paths struct {
 	Images     string // DATA_DIR/images: tars imported at every start (air-gap folder)
 	State      string // /run/podvisor/containerd-<hash>
 	Socket     string // State/containerd.sock: containerd's gRPC API and the CRI
+	// KeptExits is State/io.containerd.grpc.v1.cri/containers, the CRI's
+	// state directories of its containers, where podvisor's shim keeps a
+	// container's exit (package keptexit).
+	KeptExits string
 }
 
 // stateBase holds the state directories; a variable so that tests that
@@ -56,6 +60,7 @@ func PathsFor(dataDir string) (Paths, error) {
 		Images:     filepath.Join(abs, "images"),
 		State:      state,
 		Socket:     filepath.Join(state, "containerd.sock"),
+		KeptExits:  filepath.Join(state, "io.containerd.grpc.v1.cri", "containers"),
 	}, nil
 }
 

@@ -33,6 +33,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 
 	"github.com/podvisor/podvisor/internal/host/freeport"
+	"github.com/podvisor/podvisor/internal/runtime/containerd/keptexit"
 	"github.com/podvisor/podvisor/internal/runtime/pause"
 )
 
@@ -299,6 +300,8 @@ func spawn(exe, shim string, paths Paths, snapshotter string) (*Process, error) 
 		path += string(os.PathListSeparator) + p
 	}
 	cmd.Env = append(cmd.Env, "PATH="+path)
+	// Its shims inherit it: where they keep exits (ExitKept).
+	cmd.Env = append(withoutEnv(cmd.Env, keptexit.Env), keptexit.Env+"="+paths.KeptExits)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Dies with podvisor, as in k3s; the containers' shims are not its
 		// children and live on. (Pdeathsig follows the OS thread that

@@ -139,16 +139,12 @@ func TestStartAfterARestartThatFoundTheTaskCreatedLeavesNoProcess(t *testing.T) 
 // runc init waited for good.)
 func TestCancelledStartLeavesNoProcess(t *testing.T) {
 	needRoot(t)
-	realRunc, err := findRunc()
-	if err != nil {
-		t.Skip(err)
-	}
-	dir := t.TempDir()
-	arm, inCreate := filepath.Join(dir, "arm"), filepath.Join(dir, "in-create")
-	wrapper := filepath.Join(dir, "runc")
 	// runc makes the container, then the create lingers: the client
 	// gives up while the shim's Create is still under way.
-	script := fmt.Sprintf(`#!/bin/sh
+	var arm, inCreate string
+	wrapper := runcWrapper(t, func(dir, realRunc string) string {
+		arm, inCreate = filepath.Join(dir, "arm"), filepath.Join(dir, "in-create")
+		return fmt.Sprintf(`#!/bin/sh
 if [ -e %[1]s ]; then
 	for a in "$@"; do
 		if [ "$a" = create ]; then
@@ -160,9 +156,7 @@ if [ -e %[1]s ]; then
 fi
 exec %[3]s "$@"
 `, arm, inCreate, realRunc)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	})
 	n := startTest(t, func(o *Options) { o.Runc = wrapper })
 	importBusybox(t, n)
 	rs := criRuntime(t, n.p)
@@ -211,6 +205,23 @@ exec %[3]s "$@"
 	if err := rs.RemoveContainer(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runcWrapper writes a shell script that stands in for runc, in a
+// directory of its own (dir, for the files the script and the test share):
+// script(dir, realRunc) is its text. It returns the script's path.
+func runcWrapper(t *testing.T, script func(dir, realRunc string) string) string {
+	t.Helper()
+	realRunc, err := findRunc()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "runc")
+	if err := os.WriteFile(wrapper, []byte(script(dir, realRunc)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
 }
 
 // waitFile waits for path to exist.

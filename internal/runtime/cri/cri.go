@@ -56,8 +56,13 @@ type Config struct {
 	// starts, and the sandbox teardowns, in flight at once (see gate).
 	// Default 2 per CPU (at least 4); negative: no bound.
 	MakeConcurrency int
-	Clock           clock.WithTicker
-	Log             *slog.Logger
+	// ExitKept, if set, is the exit of container id kept outside the CRI
+	// (podvisor's shim keeps it when the task is deleted): it stands in
+	// for an exit the CRI reports lost (255, Unknown), as an early exit
+	// does. ok is false when none is kept.
+	ExitKept func(id string) (status uint32, at time.Time, ok bool)
+	Clock    clock.WithTicker
+	Log      *slog.Logger
 }
 
 // Runtime implements every concern of runtime.Set over CRI (see Set).

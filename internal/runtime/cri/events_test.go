@@ -158,11 +158,15 @@ func fakeRuntime(t *testing.T, relist time.Duration) (*Runtime, *fakeCRI) {
 }
 
 // connectFake is a Runtime on f's socket keeping its state in stateDir.
-func connectFake(t *testing.T, f *fakeCRI, relist time.Duration, stateDir string) *Runtime {
+func connectFake(t *testing.T, f *fakeCRI, relist time.Duration, stateDir string, set ...func(*Config)) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := New(ctx, Config{Endpoint: f.sock, StateDir: stateDir, RelistPeriod: relist, Log: slog.New(slog.DiscardHandler)})
+	cfg := Config{Endpoint: f.sock, StateDir: stateDir, RelistPeriod: relist, Log: slog.New(slog.DiscardHandler)}
+	for _, s := range set {
+		s(&cfg)
+	}
+	r, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

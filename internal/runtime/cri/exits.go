@@ -156,15 +156,28 @@ func (r *Runtime) hadEarlyExit(id string) bool {
 
 // withEarlyExit gives st the exit heard early if the CRI does not report
 // it yet, or reports it lost; an exit the CRI reports is its own from then
-// on, and the early one is forgotten.
+// on, and the early one is forgotten. An exit the CRI reports lost is the
+// one kept outside the CRI (Config.ExitKept) if there is one.
 func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
+	lost := st.State == runtime.StateExited && st.ExitCode == lostExitCode && st.Reason == lostExitReason
+	var kept earlyExit
+	var wasKept bool
+	if lost && r.cfg.ExitKept != nil {
+		if status, at, ok := r.cfg.ExitKept(st.ID); ok {
+			kept, wasKept = earlyExit{code: int32(status), at: at}, true
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.early[st.ID]
+	if wasKept {
+		// The shim's record of the exit, where the agent may have
+		// heard of it early or not at all (it died first).
+		e, ok = kept, true
+	}
 	if !ok {
 		return st
 	}
-	lost := st.State == runtime.StateExited && st.ExitCode == lostExitCode && st.Reason == lostExitReason
 	if st.State == runtime.StateExited && !lost {
 		r.forgetEarlyExitLocked(st.ID)
 		return st

@@ -182,6 +182,65 @@ func TestAKilledContainersExitSurvivesARestartAndALostExit(t *testing.T) {
 	}
 }
 
+// containerd killed after its CRI deleted a task and before it recorded the
+// exit reports the exit lost (255, "Unknown"); the exit podvisor's shim kept
+// stands in for it, also where an agent heard a kill first, and only for a
+// lost exit.
+func TestAnExitKeptOutsideTheCRIStandsInForALostOne(t *testing.T) {
+	r, f := fakeRuntime(t, time.Hour)
+	stateDir := r.cfg.StateDir
+	at := time.Now().Add(-time.Second).Round(0)
+	type kase struct {
+		name     string
+		early    uint32 // an exit the earlier agent heard (0: none)
+		kept     bool
+		reported bool // the CRI reports the exit itself (3)
+		want     int32
+		wantAt   bool // FinishedAt is the kept exit's
+	}
+	cases := []kase{
+		{name: "lost, kept", kept: true, want: 1, wantAt: true},
+		{name: "lost, nothing kept", want: lostExitCode},
+		{name: "reported, kept", kept: true, reported: true, want: 3},
+		{name: "lost, a kill heard early, kept", early: 137, kept: true, want: 1, wantAt: true},
+	}
+	ids := map[string]kase{}
+	for _, c := range cases {
+		id := fakeContainer(t, r)
+		ids[id] = c
+		if c.early != 0 {
+			r.ObserveTaskExit(id, c.early, at.Add(-time.Hour))
+		}
+	}
+	r.Close()
+	f.mu.Lock()
+	for id, c := range ids {
+		fc := f.containers[id]
+		fc.State, fc.ExitCode, fc.Reason, fc.FinishedAt = runtimeapi.ContainerState_CONTAINER_EXITED, lostExitCode, lostExitReason, time.Now().UnixNano()
+		if c.reported {
+			fc.ExitCode, fc.Reason = 3, "Error"
+		}
+	}
+	f.mu.Unlock()
+	r2 := connectFake(t, f, time.Hour, stateDir, func(c *Config) {
+		c.ExitKept = func(id string) (uint32, time.Time, bool) {
+			if ids[id].kept {
+				return 1, at, true
+			}
+			return 0, time.Time{}, false
+		}
+	})
+	for id, c := range ids {
+		st, err := r2.Status(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State != runtime.StateExited || st.ExitCode != c.want || (c.wantAt && !st.FinishedAt.Equal(at)) {
+			t.Errorf("%s: status %+v, want exited %d", c.name, st, c.want)
+		}
+	}
+}
+
 // On podvisor's containerd, task exits reach the runtime before the CRI's
 // own report, with the CRI's status and time.
 func TestEarlyExitsFromContainerd(t *testing.T) {

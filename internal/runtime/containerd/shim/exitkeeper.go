@@ -8,7 +8,10 @@ import (
 	"github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
+	"github.com/containerd/log"
 	"github.com/containerd/ttrpc"
+
+	"github.com/podvisor/podvisor/internal/runtime/containerd/keptexit"
 )
 
 // exitKeeper keeps the exit status of a container that exits while
@@ -29,8 +32,14 @@ import (
 // would have been had containerd been up when it exited, stopped until its
 // owner deletes it. A shim with no task at all (the leak the check is for)
 // still answers NotFound and is still cleaned.
+//
+// An exit containerd has heard of can still be lost: its CRI deletes the
+// task, then records the exit, and containerd killed in between leaves the
+// next one nothing to read. So the exit of a task's init process is kept
+// on disk (package keptexit, in keptExits) before its task is deleted.
 type exitKeeper struct {
 	taskAPI.TTRPCTaskService
+	keptExits string // keptexit's directory; "" keeps nothing on disk
 }
 
 var _ taskAPI.TTRPCTaskService = exitKeeper{}
@@ -55,4 +64,20 @@ func (k exitKeeper) Pids(ctx context.Context, r *taskAPI.PidsRequest) (*taskAPI.
 	}
 	return nil, errgrpc.ToGRPC(fmt.Errorf("task %s exited with status %d and is not deleted yet: %w",
 		r.ID, st.ExitStatus, errdefs.ErrFailedPrecondition))
+}
+
+// Delete keeps the exit of a task whose init process has exited before the
+// task is deleted (an exec process's is not the container's).
+func (k exitKeeper) Delete(ctx context.Context, r *taskAPI.DeleteRequest) (*taskAPI.DeleteResponse, error) {
+	if r.ExecID == "" && k.keptExits != "" {
+		st, err := k.TTRPCTaskService.State(ctx, &taskAPI.StateRequest{ID: r.ID})
+		if err == nil && st.Status == task.Status_STOPPED {
+			e := keptexit.Exit{Status: st.ExitStatus, At: st.ExitedAt.AsTime()}
+			if err := keptexit.Write(k.keptExits, r.ID, e); err != nil {
+				// The shim's log is containerd's.
+				log.G(ctx).WithError(err).WithField("id", r.ID).Warn("podvisor: keeping a container's exit")
+			}
+		}
+	}
+	return k.TTRPCTaskService.Delete(ctx, r)
 }

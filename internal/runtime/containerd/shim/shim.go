@@ -11,6 +11,7 @@ package shim
 
 import (
 	"context"
+	"os"
 
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/manager"
 	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task"
@@ -19,6 +20,8 @@ import (
 	"github.com/containerd/containerd/v2/plugins"
 	"github.com/containerd/plugin"
 	"github.com/containerd/plugin/registry"
+
+	"github.com/podvisor/podvisor/internal/runtime/containerd/keptexit"
 )
 
 // Main runs the shim with the process's arguments, as containerd starts it.
@@ -49,7 +52,7 @@ func init() {
 			if err != nil {
 				return nil, err
 			}
-			return exitKeeper{newCreateCleaner(s)}, nil
+			return exitKeeper{TTRPCTaskService: newCreateCleaner(s), keptExits: os.Getenv(keptexit.Env)}, nil
 		},
 	})
 }
