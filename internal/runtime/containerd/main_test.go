@@ -8,8 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/podvisor/podvisor/internal/host/proctree"
 )
 
 // The test binary is also the containerd: Start runs it as
@@ -164,6 +167,13 @@ func (n *testNode) cleanUp() {
 		}
 	}
 	n.stop()
+	// A shim its containerd no longer knows (a start the test cancelled
+	// leaves one without a task) outlives it; the next start of a
+	// containerd of this data dir would kill it, no later test will.
+	for _, s := range ShimsOf(proctree.Read(), n.p.Paths().Socket) {
+		n.t.Logf("killing shim %d (-id %s) left after the test's containerd stopped", s.PID, s.ID)
+		_ = syscall.Kill(s.PID, syscall.SIGKILL)
+	}
 	os.RemoveAll(n.p.Paths().State)
 	RemovePodNetwork(n.p.Paths(), "")
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*/podvisor-test")
