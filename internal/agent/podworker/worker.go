@@ -414,8 +414,12 @@ func (w *worker) leftProcesses(pod *v1.Pod, r lifecycle.Reclaim, now time.Time) 
 	w.mu.Unlock()
 	if lifecycle.KillLeftProcesses(r, since, now) {
 		pids, err := w.m.cfg.Cgroups.KillProcesses(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
-		w.m.cfg.Log.Warn("killed processes left in the pod's cgroup after its containers and sandboxes stopped",
-			"pod", pod.Namespace+"/"+pod.Name, "pids", pids, "leftFor", now.Sub(since), "err", err)
+		// Killed processes take a moment to leave the cgroup: the polls
+		// until then find nothing to kill and say nothing.
+		if len(pids) > 0 || err != nil {
+			w.m.cfg.Log.Warn("killed processes left in the pod's cgroup after its containers and sandboxes stopped",
+				"pod", pod.Namespace+"/"+pod.Name, "pids", pids, "leftFor", now.Sub(since), "err", err)
+		}
 	}
 	w.wakeAfter(processesLeftPoll)
 }
