@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -184,31 +187,23 @@ func (n *node) apiRequests() map[string]float64 {
 		n.b.Logf("API server metrics: %v", err)
 		return nil
 	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		n.b.Logf("API server metrics: %v", err)
+		return nil
+	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
 		l := map[string]string{}
-		for _, kv := range strings.Split(labels, ",") {
-			if k, val, ok := strings.Cut(kv, "="); ok {
-				l[k] = strings.Trim(val, `"`)
-			}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
 		}
 		key := l["verb"] + " " + l["resource"]
 		if l["subresource"] != "" {
 			key += "/" + l["subresource"]
 		}
-		out[key] += v
+		out[key] += m.GetCounter().GetValue()
 	}
 	return out
 }

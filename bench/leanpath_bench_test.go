@@ -27,6 +27,7 @@ package bench
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -107,12 +108,12 @@ func BenchmarkLeanPathPrimitives(b *testing.B) {
 	}
 }
 
-// benchPods is PODVISOR_BENCH_PODS, default 100.
+// benchPods is PODVISOR_BENCH_PODS, default BenchmarkPodStart's burst.
 func benchPods() int {
 	if n, err := strconv.Atoi(os.Getenv("PODVISOR_BENCH_PODS")); err == nil && n > 0 {
 		return n
 	}
-	return 100
+	return startPods
 }
 
 // leanCost is the CPU a burst or a teardown took, by whom.
@@ -128,6 +129,16 @@ func (c *leanCost) add(o leanCost) {
 }
 
 func (c leanCost) total() time.Duration { return c.self + c.children + c.init }
+
+// measure runs f and says what it took: wall time, this process's CPU and
+// that of the children it waited for.
+func measure(f func()) leanCost {
+	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+	t0 := time.Now()
+	f()
+	return leanCost{wall: time.Since(t0), self: rusage(syscall.RUSAGE_SELF) - self0,
+		children: rusage(syscall.RUSAGE_CHILDREN) - child0}
+}
 
 // leanLab is what every pod shares: the OCI runtime, the bridge, the
 // image's rootfs, the bundle template and a state directory.
@@ -230,7 +241,7 @@ func (l *leanLab) template(b *testing.B) specs.Spec {
 			ns = append(ns, n)
 		}
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+	if unifiedOnly() {
 		// As the CRI runtime: a cgroup namespace on cgroup v2 only (on v1
 		// the runtime bind-mounts the container's cgroups instead, far
 		// cheaper than mounting each hierarchy anew).
@@ -265,17 +276,16 @@ func eachPod(n int, f func(j int)) {
 // burst starts n pods.
 func (l *leanLab) burst(b *testing.B, iter, n int) (leanCost, []time.Duration) {
 	b.Helper()
-	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
-	t0 := time.Now()
 	lat := make([]time.Duration, n)
 	pids := make([]int, n)
 	errs := make([]error, n)
-	eachPod(n, func(j int) {
-		pids[j], errs[j] = l.start(iter, j)
-		lat[j] = time.Since(t0)
+	t0 := time.Now()
+	c := measure(func() {
+		eachPod(n, func(j int) {
+			pids[j], errs[j] = l.start(iter, j)
+			lat[j] = time.Since(t0)
+		})
 	})
-	c := leanCost{wall: time.Since(t0), self: rusage(syscall.RUSAGE_SELF) - self0,
-		children: rusage(syscall.RUSAGE_CHILDREN) - child0}
 	for j, err := range errs {
 		if err != nil {
 			_, _ = l.teardown(iter, n)
@@ -409,32 +419,27 @@ func (l *leanLab) network(name string, iter, j int) error {
 
 // teardown removes the burst's pods: containers, rootfs, namespaces.
 func (l *leanLab) teardown(iter, n int) (leanCost, error) {
-	self0, child0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
-	t0 := time.Now()
-	var mu sync.Mutex
-	var failures []string
-	eachPod(n, func(j int) {
-		name, bundle := l.pod(iter, j)
-		var errs []string
-		if out, err := exec.Command(l.oci, "--root", l.state, "delete", "-f", name).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Sprintf("delete: %v: %s", err, out))
-		}
-		if err := unix.Unmount(filepath.Join(bundle, "rootfs"), 0); err != nil {
-			errs = append(errs, fmt.Sprintf("unmount: %v", err))
-		}
-		if err := netns.DeleteNamed(name); err != nil {
-			errs = append(errs, fmt.Sprintf("netns: %v", err))
-		}
-		if len(errs) > 0 {
-			mu.Lock()
-			failures = append(failures, name+": "+strings.Join(errs, "; "))
-			mu.Unlock()
-		}
+	errs := make([]error, n)
+	c := measure(func() {
+		eachPod(n, func(j int) {
+			name, bundle := l.pod(iter, j)
+			var err error
+			if out, derr := exec.Command(l.oci, "--root", l.state, "delete", "-f", name).CombinedOutput(); derr != nil {
+				err = fmt.Errorf("delete: %v: %s", derr, out)
+			}
+			if uerr := unix.Unmount(filepath.Join(bundle, "rootfs"), 0); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("unmount: %w", uerr))
+			}
+			if nerr := netns.DeleteNamed(name); nerr != nil {
+				err = errors.Join(err, fmt.Errorf("netns: %w", nerr))
+			}
+			if err != nil {
+				errs[j] = fmt.Errorf("%s: %w", name, err)
+			}
+		})
 	})
-	c := leanCost{wall: time.Since(t0), self: rusage(syscall.RUSAGE_SELF) - self0,
-		children: rusage(syscall.RUSAGE_CHILDREN) - child0}
-	if len(failures) > 0 {
-		return c, fmt.Errorf("teardown: %s", strings.Join(failures, "\n"))
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("teardown: %w", err)
 	}
 	return c, nil
 }

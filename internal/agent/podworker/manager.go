@@ -441,16 +441,16 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 }
 
 // removeOrphanCgroup removes the cgroup of a pod the API no longer has,
-// whichever QoS class it was of, its instances a removed: what is left in
+// whichever QoS class it was of, its instances removed: what is left in
 // it is killed (a `runc init` of a start a crash interrupted was seen left
 // there, issue 25), as when a worker removes a pod's.
 func (m *Manager) removeOrphanCgroup(uid types.UID, a *adopted) {
 	if m.cfg.Cgroups == nil {
 		return
 	}
-	name := string(uid)
-	for _, s := range a.containers {
-		name = s.PodNamespace + "/" + s.PodName
+	name := string(uid) // for the log: the pod's name where an instance has it
+	if len(a.containers) > 0 {
+		name = a.containers[0].PodNamespace + "/" + a.containers[0].PodName
 	}
 	for _, qos := range []v1.PodQOSClass{v1.PodQOSGuaranteed, v1.PodQOSBurstable, v1.PodQOSBestEffort} {
 		if err := m.removePodCgroup(podcgroup.Parent(string(uid), qos), name); err != nil {
@@ -471,13 +471,22 @@ func (m *Manager) removeUnknownPodDirs() (kept int) {
 		if known[e.Name()] {
 			continue
 		}
-		if m.vols.TearDown(filepath.Join(m.cfg.PodsDir, e.Name())) {
-			_ = os.RemoveAll(filepath.Join(m.cfg.PodsDir, e.Name()))
-		} else {
+		if !m.removePodDir(filepath.Join(m.cfg.PodsDir, e.Name())) {
 			kept++
 		}
 	}
 	return kept
+}
+
+// removePodDir empties a pod's directory of mounts and removes it; false
+// while a CSI volume in it could not be unpublished (volume.TearDown): the
+// directory stays, and the volume manager's sweep removes it later.
+func (m *Manager) removePodDir(dir string) bool {
+	if !m.vols.TearDown(dir) {
+		return false
+	}
+	_ = os.RemoveAll(dir)
+	return true
 }
 
 // knownPodDirs are the directory names (and UIDs) of the pods that have a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
@@ -441,9 +440,7 @@ func (w *worker) finish(ctx context.Context) {
 	w.mu.Unlock()
 	w.removeInstances(ctx, pod, ids)
 	w.removeSandboxes(ctx, pod)
-	if w.m.vols.TearDown(w.podDir()) {
-		_ = os.RemoveAll(w.podDir())
-	} // else the volume manager's sweep removes it once its CSI volumes are unpublished
+	w.m.removePodDir(w.podDir())
 	w.m.removeWorker(w.uid)
 }
 

@@ -160,20 +160,19 @@ func (r *Runtime) hadEarlyExit(id string) bool {
 // one kept outside the CRI (Config.ExitKept) if there is one.
 func (r *Runtime) withEarlyExit(st runtime.Status) runtime.Status {
 	lost := st.State == runtime.StateExited && st.ExitCode == lostExitCode && st.Reason == lostExitReason
-	var kept earlyExit
-	var wasKept bool
+	var kept *earlyExit
 	if lost && r.cfg.ExitKept != nil {
 		if status, at, ok := r.cfg.ExitKept(st.ID); ok {
-			kept, wasKept = earlyExit{code: int32(status), at: at}, true
+			kept = &earlyExit{code: int32(status), at: at}
 		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.early[st.ID]
-	if wasKept {
+	if kept != nil {
 		// The shim's record of the exit, where the agent may have
 		// heard of it early or not at all (it died first).
-		e, ok = kept, true
+		e, ok = *kept, true
 	}
 	if !ok {
 		return st

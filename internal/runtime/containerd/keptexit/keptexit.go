@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -45,7 +46,10 @@ func Write(dir, id string, e Exit) error {
 	if _, err := os.Stat(cdir); err != nil {
 		return nil
 	}
-	// Written whole or not at all: a half record must not be read.
+	// Written whole or not at all: a half record must not be read. Not
+	// durable.WriteFile: the record has to outlive a crash of containerd,
+	// not of the machine (the CRI's state is under /run, gone at a reboot),
+	// and an fsync would delay every container's exit.
 	tmp := filepath.Join(cdir, fileName+".tmp")
 	if err := os.WriteFile(tmp, format(e), 0o600); err != nil {
 		return err
@@ -73,16 +77,17 @@ func format(e Exit) []byte {
 
 // parse reads a record made by format.
 func parse(b []byte) (Exit, error) {
-	var status uint32
-	var nanos int64
+	bad := fmt.Errorf("kept exit %q: want STATUS UNIX_NANOS", b)
 	fields := strings.Fields(string(b))
 	if len(fields) != 2 {
-		return Exit{}, fmt.Errorf("kept exit %q: want STATUS UNIX_NANOS", b)
+		return Exit{}, bad
 	}
-	if _, err := fmt.Sscanf(fields[0]+" "+fields[1], "%d %d", &status, &nanos); err != nil || nanos <= 0 {
-		return Exit{}, fmt.Errorf("kept exit %q: want STATUS UNIX_NANOS", b)
+	status, err1 := strconv.ParseUint(fields[0], 10, 32)
+	nanos, err2 := strconv.ParseInt(fields[1], 10, 64)
+	if err1 != nil || err2 != nil || nanos <= 0 {
+		return Exit{}, bad
 	}
-	return Exit{Status: status, At: time.Unix(0, nanos)}, nil
+	return Exit{Status: uint32(status), At: time.Unix(0, nanos)}, nil
 }
 
 // validID: id names one directory.
