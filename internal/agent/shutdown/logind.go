@@ -39,7 +39,7 @@ func (m *Manager) WatchLogind(ctx context.Context, busAddress string) {
 	}
 	lost := false
 	for ctx.Err() == nil {
-		w, err := m.connectLogind(ctx, busAddress)
+		w, err := m.connectLogind(busAddress)
 		if err != nil {
 			if !lost {
 				m.cfg.Log.Info("systemd-logind is not reachable over D-Bus; graceful node shutdown can be triggered with `podvisor node shutdown`", "err", err)
@@ -78,13 +78,17 @@ type logindWatch struct {
 	lock int // the inhibitor's file descriptor; -1 when not held
 }
 
-func (m *Manager) connectLogind(ctx context.Context, address string) (*logindWatch, error) {
+func (m *Manager) connectLogind(address string) (*logindWatch, error) {
+	// The connection is not bound to ctx: godbus closes a bound one when
+	// ctx ends, abandoning a call in flight, and a reply to Inhibit read
+	// after that carries a lock descriptor nobody closes (logind would wait
+	// for it until InhibitDelayMaxSec). Calls finish; close() ends it.
 	var conn *dbus.Conn
 	var err error
 	if address == "" {
-		conn, err = dbus.ConnectSystemBus(dbus.WithContext(ctx))
+		conn, err = dbus.ConnectSystemBus()
 	} else {
-		conn, err = dbus.Connect(address, dbus.WithContext(ctx))
+		conn, err = dbus.Connect(address)
 	}
 	if err != nil {
 		return nil, err
