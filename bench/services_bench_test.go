@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/podvisor/podvisor/internal/agent/lifecycle"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 	"github.com/podvisor/podvisor/test/images"
 	"github.com/podvisor/podvisor/test/servicetraffic"
 )
@@ -47,10 +47,10 @@ func serviceNode(b *testing.B) *node {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 		return err == nil, err
 	})
-	if out, err := exec.Command("ip", "route", "replace", "unreachable", controlplane.ServiceCIDR).CombinedOutput(); err != nil {
-		b.Fatalf("unreachable route for %s: %v: %s", controlplane.ServiceCIDR, err, out)
+	if out, err := exec.Command("ip", "route", "replace", "unreachable", ranges.ServiceCIDR).CombinedOutput(); err != nil {
+		b.Fatalf("unreachable route for %s: %v: %s", ranges.ServiceCIDR, err, out)
 	}
-	b.Cleanup(func() { _ = exec.Command("ip", "route", "del", "unreachable", controlplane.ServiceCIDR).Run() })
+	b.Cleanup(func() { _ = exec.Command("ip", "route", "del", "unreachable", ranges.ServiceCIDR).Run() })
 	// Runs after the node stopped: the proxy leaves its rules, as
 	// upstream's does across restarts.
 	b.Cleanup(func() {

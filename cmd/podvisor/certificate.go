@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/podvisor/podvisor/internal/cli/datadir"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/pki"
 )
 
 const certificateUsage = `Usage: podvisor certificate rotate [--data-dir DIR]
@@ -44,7 +44,7 @@ func runCertificate(args []string) error {
 	if err != nil {
 		return err
 	}
-	files, err := controlplane.RotateCertificates(abs)
+	files, err := pki.RotateCertificates(abs)
 	for _, f := range files {
 		fmt.Println("re-issued", f)
 	}

@@ -2,42 +2,24 @@ package main
 
 import (
 	"flag"
-	"os"
 
 	"github.com/spf13/pflag"
 
+	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/flagfile"
 	"github.com/podvisor/podvisor/internal/cli/up"
 )
 
-const configFileUsage = "config file: flags as YAML keys, under the command line's (default: $" + flagfile.EnvVar + ", else " + flagfile.DefaultPath + " if present)"
-
-// listFlags take a YAML list in the config file (their command-line value
-// is comma-separated).
-var listFlags = map[string]bool{"tls-san": true, "ca-cert-hash": true}
-
-// parseFlags parses a subcommand's command line, then sets the flags its
-// config file names and the command line does not. -h and a bad command
-// line exit, as flag.ExitOnError would, after the usage.
+// parseFlags parses a subcommand's command line and config file
+// (flagfile.ParseStd), knowing every subcommand's flags.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	configFile := fs.String(flagfile.FlagName, "", configFileUsage)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	path, entries, err := flagfile.Read(*configFile)
-	if err != nil {
-		return err
-	}
-	return flagfile.Apply(path, entries, flagfile.Std(fs), knownFlag, listFlags)
+	return flagfile.ParseStd(fs, args, knownFlag)
 }
 
 // parsePFlags is parseFlags for the subcommands with kubectl-style flags.
 func parsePFlags(fs *pflag.FlagSet, args []string) error {
-	configFile := fs.String(flagfile.FlagName, "", configFileUsage)
+	configFile := fs.String(flagfile.FlagName, "", flagfile.ConfigFileUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,7 +27,7 @@ func parsePFlags(fs *pflag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	return flagfile.Apply(path, entries, flagfile.P(fs), knownFlag, listFlags)
+	return flagfile.Apply(path, entries, flagfile.P(fs), knownFlag, flagfile.ListFlags)
 }
 
 // knownFlag reports whether any subcommand has the flag: one config file
@@ -55,7 +37,7 @@ func knownFlag(name string) bool {
 	sets := []*flag.FlagSet{
 		upFlags(new(up.Options)),
 		serverFlags(new(up.ServerOptions), new(string)),
-		agentFlags(new(up.AgentOptions), new(string)),
+		agentup.Flags(new(agentup.AgentOptions), new(string)),
 		tokenFlags("create", new(tokenOptions)),
 		nodeFlags("shutdown", new(nodeOptions)),
 		imageFlags("import", new(string)),

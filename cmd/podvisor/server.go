@@ -9,9 +9,10 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/up"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 )
 
 const serverUsage = `Usage: podvisor server [flags]
@@ -34,7 +35,7 @@ func serverFlags(o *up.ServerOptions, sans *string) *flag.FlagSet {
 	fs.StringVar(&o.BindAddress, "bind-address", "0.0.0.0", "address the Kubernetes API listens on")
 	fs.StringVar(&o.AdvertiseAddress, "advertise-address", "", "address nodes and pods reach the API at (default: the bind address, else the default route's interface's)")
 	fs.StringVar(sans, "tls-san", "", "more names and IPs for the API's certificate, comma-separated")
-	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", ranges.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
 	fs.IntVar(&o.TerminatedPodGCThreshold, "terminated-pod-gc-threshold", 12500, "terminated pods kept before the pod GC deletes the oldest")
 	fs.IntVar(&o.EtcdClientPort, "etcd-client-port", 0, "embedded etcd client port on 127.0.0.1 (default: the recorded one, else 2379 or a free port)")
 	fs.IntVar(&o.EtcdPeerPort, "etcd-peer-port", 0, "embedded etcd peer port on 127.0.0.1 (default: the recorded one, else 2380 or a free port)")
@@ -42,8 +43,8 @@ func serverFlags(o *up.ServerOptions, sans *string) *flag.FlagSet {
 	fs.DurationVar(&o.SigningDuration, "cluster-signing-duration", 0, "lifetime of the node certificates the controller manager signs (0: a year); nodes renew theirs at 70-90% of it")
 	snapshotFlags(fs, &o.Snapshots)
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
-	clusterDNSFlags(fs, &o.ClusterDNS)
-	localStorageFlags(fs, &o.LocalStorage, false)
+	agentup.ClusterDNSFlags(fs, &o.ClusterDNS)
+	agentup.LocalStorageFlags(fs, &o.LocalStorage, false)
 	metricsServerFlags(fs, &o.MetricsServer)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs

@@ -9,8 +9,9 @@ import (
 	"syscall"
 
 	"github.com/podvisor/podvisor/internal/agent"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 
+	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/up"
 )
@@ -31,12 +32,12 @@ func upFlags(o *up.Options) *flag.FlagSet {
 	fs.DurationVar(&o.GCPeriod, "gc-period", 0, "for tests: time between image and container garbage collection rounds (0: upstream's 5m and 1m)")
 	fs.StringVar(&o.Runtime.Kind, "runtime", agent.RuntimeContainerd, "container runtime: containerd (OCI images, on a containerd podvisor runs; needs root, runc and the CNI plugins) or process (host processes, no images)")
 	fs.StringVar(&o.Runtime.Endpoint, "container-runtime-endpoint", "", "an existing CRI runtime's socket (unix:///…) to use instead of podvisor's own containerd")
-	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", controlplane.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
+	fs.StringVar(&o.ClusterCIDR, "cluster-cidr", ranges.DefaultClusterCIDR, "pod network; each node gets a /24 of it")
 	snapshotFlags(fs, &o.Snapshots)
 	fs.BoolVar(&o.DisableServiceProxy, "disable-service-proxy", false, "do not run the embedded kube-proxy (for clusters that bring their own service proxy)")
 	fs.BoolVar(&o.SecretsEncryption, "secrets-encryption", false, "encrypt Secrets at rest (secretbox; the key is made in DATA_DIR/encryption-config.yaml and used at every later start)")
-	clusterDNSFlags(fs, &o.ClusterDNS)
-	localStorageFlags(fs, &o.LocalStorage, true)
+	agentup.ClusterDNSFlags(fs, &o.ClusterDNS)
+	agentup.LocalStorageFlags(fs, &o.LocalStorage, true)
 	metricsServerFlags(fs, &o.MetricsServer)
 	fs.BoolVar(&o.Verbose, "v", false, "also print component logs to stderr (they always go to DATA_DIR/podvisor.log)")
 	return fs

@@ -24,17 +24,13 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/podvisor/podvisor/internal/cluster/bootstrap"
+	"github.com/podvisor/podvisor/internal/cluster/pki"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 )
 
-// ServiceIP is the first address of the service range: the `kubernetes` service.
-const (
-	ServiceCIDR = "10.43.0.0/16"
-	ServiceIP   = "10.43.0.1"
-	// DefaultClusterCIDR is the pod network, as k3s's: each node gets a /24
-	// of it (Node.spec.podCIDR) from the controller manager.
-	DefaultClusterCIDR = "10.42.0.0/16"
-	nodeCIDRMaskSize   = 24
-)
+// nodeCIDRMaskSize: each node gets a /24 of the pod network
+// (ranges.DefaultClusterCIDR) from the controller manager.
+const nodeCIDRMaskSize = 24
 
 // Config says where and how the control plane runs.
 type Config struct {
@@ -47,7 +43,7 @@ type Config struct {
 	TerminatedPodGCThreshold int
 	NodeMonitorGracePeriod   time.Duration // 0: the controller manager's default (tests shorten it)
 	// ClusterCIDR is the pod network nodes' pod CIDRs are allocated from;
-	// empty: DefaultClusterCIDR.
+	// empty: ranges.DefaultClusterCIDR.
 	ClusterCIDR string
 	LogFile     string
 	// BindAddress is where the API server listens; empty: 127.0.0.1 (only
@@ -69,7 +65,7 @@ type Config struct {
 // ControlPlane is a running control plane.
 type ControlPlane struct {
 	cfg    Config
-	pki    PKI
+	pki    pki.PKI
 	etcd   *embed.Etcd
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -77,7 +73,6 @@ type ControlPlane struct {
 }
 
 // Paths of the files other parts of podvisor use.
-func AdminKubeconfig(dataDir string) string { return filepath.Join(dataDir, "admin.kubeconfig") }
 func NodeKubeconfig(dataDir string) string {
 	return filepath.Join(dataDir, "kubeconfigs", "node.kubeconfig")
 }
@@ -86,22 +81,23 @@ func NodeKubeconfig(dataDir string) string {
 func KubeProxyKubeconfig(dataDir string) string {
 	return filepath.Join(dataDir, "kubeconfigs", "kube-proxy.kubeconfig")
 }
-func PKIDir(dataDir string) string { return filepath.Join(dataDir, "pki") }
 
 // MetricsServerKubeconfig holds the embedded metrics-server's credentials
 // (system:metrics-server), with which it also scrapes the nodes.
-func MetricsServerKubeconfig(dataDir string) string { return kubeconfigPath(dataDir, metricsServer) }
+func MetricsServerKubeconfig(dataDir string) string {
+	return kubeconfigPath(dataDir, pki.MetricsServer)
+}
 
 // MetricsServerServing are the embedded metrics-server's serving
 // certificate and key (signed by the cluster CA, named for its Service).
 func MetricsServerServing(dataDir string) (crt, key string) {
-	p := PKI{Dir: PKIDir(dataDir)}
-	return p.Path(metricsServerServing + ".crt"), p.Path(metricsServerServing + ".key")
+	p := pki.PKI{Dir: pki.Dir(dataDir)}
+	return p.Path(pki.MetricsServerServing + ".crt"), p.Path(pki.MetricsServerServing + ".key")
 }
 
 // Prepare creates the PKI and kubeconfigs; it is idempotent.
 func Prepare(cfg Config) error {
-	p := PKI{Dir: PKIDir(cfg.DataDir)}
+	p := pki.PKI{Dir: pki.Dir(cfg.DataDir)}
 	var ips []net.IP
 	var dns []string
 	if cfg.HostIP != nil {
@@ -123,17 +119,17 @@ func Prepare(cfg Config) error {
 	}
 	// Rewritten at every start: the API port may differ from the last run.
 	kubeconfigs := map[string]string{
-		AdminKubeconfig(cfg.DataDir):                      "admin",
+		pki.AdminKubeconfig(cfg.DataDir):                  "admin",
 		kubeconfigPath(cfg.DataDir, "controller-manager"): "controller-manager",
 		kubeconfigPath(cfg.DataDir, "scheduler"):          "scheduler",
-		MetricsServerKubeconfig(cfg.DataDir):              metricsServer,
+		MetricsServerKubeconfig(cfg.DataDir):              pki.MetricsServer,
 	}
 	if cfg.NodeName != "" {
 		kubeconfigs[NodeKubeconfig(cfg.DataDir)] = "node"
 		kubeconfigs[KubeProxyKubeconfig(cfg.DataDir)] = "kube-proxy"
 	}
 	for path, stem := range kubeconfigs {
-		if err := p.writeKubeconfig(path, server, stem); err != nil {
+		if err := p.WriteKubeconfig(path, server, stem); err != nil {
 			return fmt.Errorf("kubeconfig %s: %w", path, err)
 		}
 	}
@@ -177,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	// Every component applies logging configuration; only the first may change it.
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
 
-	cp := &ControlPlane{cfg: cfg, pki: PKI{Dir: PKIDir(cfg.DataDir)}, errs: make(chan error, 4)}
+	cp := &ControlPlane{cfg: cfg, pki: pki.PKI{Dir: pki.Dir(cfg.DataDir)}, errs: make(chan error, 4)}
 	if cfg.RestoreSnapshot != "" {
 		if err := restoreEtcd(cfg); err != nil {
 			return nil, err
@@ -266,7 +262,7 @@ func (cp *ControlPlane) Stop() {
 }
 
 func (cp *ControlPlane) waitReady(ctx context.Context) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(cp.cfg.DataDir))
+	rc, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig(cp.cfg.DataDir))
 	if err != nil {
 		return err
 	}
@@ -302,18 +298,18 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", c.EtcdClientPort),
 		"--bind-address=" + cmp.Or(c.BindAddress, "127.0.0.1"),
 		"--secure-port=" + strconv.Itoa(c.APIPort),
-		"--client-ca-file=" + p.Path(caCert),
-		"--tls-cert-file=" + p.Path(apiserverCert),
-		"--tls-private-key-file=" + p.Path(apiserverKey),
+		"--client-ca-file=" + p.Path(pki.CACert),
+		"--tls-cert-file=" + p.Path(pki.APIServerCert),
+		"--tls-private-key-file=" + p.Path(pki.APIServerKey),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + p.Path(saPub),
-		"--service-account-signing-key-file=" + p.Path(saKey),
+		"--service-account-key-file=" + p.Path(pki.ServiceAccountPub),
+		"--service-account-signing-key-file=" + p.Path(pki.ServiceAccountKey),
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
-		"--service-cluster-ip-range=" + ServiceCIDR,
-		"--kubelet-client-certificate=" + p.Path(kubeletClientCert),
-		"--kubelet-client-key=" + p.Path(kubeletClientKey),
-		"--kubelet-certificate-authority=" + p.Path(caCert),
+		"--service-cluster-ip-range=" + ranges.ServiceCIDR,
+		"--kubelet-client-certificate=" + p.Path(pki.KubeletClientCert),
+		"--kubelet-client-key=" + p.Path(pki.KubeletClientKey),
+		"--kubelet-certificate-authority=" + p.Path(pki.CACert),
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -325,13 +321,13 @@ func (cp *ControlPlane) apiserverArgs() []string {
 		// requestheader CA it publishes (kubeadm's settings); it dials the
 		// endpoints of an APIService's Service itself, so no service proxy
 		// is needed on the control plane's machine (podvisor server has none).
-		"--requestheader-client-ca-file=" + p.Path(frontProxyCACert),
-		"--requestheader-allowed-names=" + frontProxyClient,
+		"--requestheader-client-ca-file=" + p.Path(pki.FrontProxyCACert),
+		"--requestheader-allowed-names=" + pki.FrontProxyClient,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file=" + p.Path(frontProxyClient+".crt"),
-		"--proxy-client-key-file=" + p.Path(frontProxyClient+".key"),
+		"--proxy-client-cert-file=" + p.Path(pki.FrontProxyClient+".crt"),
+		"--proxy-client-key-file=" + p.Path(pki.FrontProxyClient+".key"),
 		"--enable-aggregator-routing=true",
 	}
 	if c.HostIP != nil {
@@ -352,16 +348,16 @@ func (cp *ControlPlane) controllerManagerArgs() []string {
 		"--authorization-kubeconfig=" + kc,
 		"--secure-port=0",
 		"--leader-elect=false",
-		"--service-account-private-key-file=" + p.Path(saKey),
-		"--root-ca-file=" + p.Path(caCert),
+		"--service-account-private-key-file=" + p.Path(pki.ServiceAccountKey),
+		"--root-ca-file=" + p.Path(pki.CACert),
 		"--use-service-account-credentials=true",
-		"--cluster-signing-cert-file=" + p.Path(caCert),
-		"--cluster-signing-key-file=" + p.Path(caKey),
-		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--cluster-signing-cert-file=" + p.Path(pki.CACert),
+		"--cluster-signing-key-file=" + p.Path(pki.CAKey),
+		"--service-cluster-ip-range=" + ranges.ServiceCIDR,
 		"--terminated-pod-gc-threshold=" + strconv.Itoa(c.TerminatedPodGCThreshold),
 		"--profiling=false",
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + cmp.Or(c.ClusterCIDR, DefaultClusterCIDR),
+		"--cluster-cidr=" + cmp.Or(c.ClusterCIDR, ranges.DefaultClusterCIDR),
 		"--node-cidr-mask-size=" + strconv.Itoa(nodeCIDRMaskSize),
 		// The bootstrap signer signs cluster-info with each token (token
 		// discovery) and the token cleaner deletes expired tokens; both are
@@ -392,7 +388,7 @@ func (cp *ControlPlane) schedulerArgs() []string {
 // prepareJoins publishes cluster-info and the bootstrap bindings (nodes join
 // with tokens) and approves nodes' serving certificates.
 func (cp *ControlPlane) prepareJoins(ctx context.Context, c kubernetes.Interface) error {
-	caPEM, err := os.ReadFile(cp.pki.Path(caCert))
+	caPEM, err := os.ReadFile(cp.pki.Path(pki.CACert))
 	if err != nil {
 		return err
 	}
@@ -409,7 +405,7 @@ func (cp *ControlPlane) prepareJoins(ctx context.Context, c kubernetes.Interface
 
 // adminClient is a client with the data dir's admin credentials.
 func adminClient(dataDir string) (kubernetes.Interface, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", AdminKubeconfig(dataDir))
+	rc, err := clientcmd.BuildConfigFromFlags("", pki.AdminKubeconfig(dataDir))
 	if err != nil {
 		return nil, err
 	}
@@ -417,4 +413,4 @@ func adminClient(dataDir string) (kubernetes.Interface, error) {
 }
 
 // CAFile is the cluster CA's certificate.
-func CAFile(dataDir string) string { return PKI{Dir: PKIDir(dataDir)}.Path(caCert) }
+func CAFile(dataDir string) string { return pki.PKI{Dir: pki.Dir(dataDir)}.Path(pki.CACert) }

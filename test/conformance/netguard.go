@@ -11,7 +11,7 @@ import (
 )
 
 // defaultServiceCIDR is podvisor's service network
-// (internal/controlplane.ServiceCIDR); the runner checks it against the
+// (internal/ranges.ServiceCIDR); the runner checks it against the
 // cluster's ServiceCIDR objects once podvisor is up.
 var defaultServiceCIDR = netip.MustParsePrefix("10.43.0.0/16")
 

@@ -24,7 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/pki"
 )
 
 // agentAPI is an HTTPS client of a podvisor's agent API that trusts the
@@ -48,7 +48,7 @@ func agentAPI(t *testing.T, p *Podvisor) (*http.Client, string) {
 func agentAPIAs(t *testing.T, p *Podvisor, cn string) (*http.Client, string) {
 	t.Helper()
 	client, base := agentAPI(t, p)
-	certPEM, keyPEM, err := controlplane.PKI{Dir: controlplane.PKIDir(p.DataDir)}.IssueClient(cn, []string{"system:masters"})
+	certPEM, keyPEM, err := pki.PKI{Dir: pki.Dir(p.DataDir)}.IssueClient(cn, []string{"system:masters"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func resignedToken(t *testing.T, p *Podvisor, token string, exp time.Time) strin
 		t.Fatal(err)
 	}
 	claims["exp"], claims["iat"], claims["nbf"] = exp.Unix(), exp.Add(-time.Hour).Unix(), exp.Add(-time.Hour).Unix()
-	keyPEM, err := os.ReadFile(filepath.Join(controlplane.PKIDir(p.DataDir), "service-account.key"))
+	keyPEM, err := os.ReadFile(filepath.Join(pki.Dir(p.DataDir), "service-account.key"))
 	if err != nil {
 		t.Fatal(err)
 	}

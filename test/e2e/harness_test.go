@@ -52,9 +52,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "podvisor")
-	// The binaries the README builds: podvisor runs podvisor-shim (process
+	// The binaries the README builds: podvisor agent runs podvisor-agent (no
+	// control plane), podvisor runs podvisor-shim (process
 	// runtime) and containerd runs containerd-shim-runc-v2 beside it.
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-agent", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
 	build.Dir = moduleRoot()
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

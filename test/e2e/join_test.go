@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/pki"
 )
 
 // startDaemon runs podvisor with args until the test ends (SIGTERM), once
@@ -251,7 +251,7 @@ func checkAgentAPIAuthorization(t *testing.T, admin kubernetes.Interface, server
 // issueClientCert signs a client certificate for user with the server's CA key.
 func issueClientCert(t *testing.T, serverDir, user string) tls.Certificate {
 	t.Helper()
-	certPEM, keyPEM, err := controlplane.PKI{Dir: controlplane.PKIDir(serverDir)}.IssueClient(user, nil)
+	certPEM, keyPEM, err := pki.PKI{Dir: pki.Dir(serverDir)}.IssueClient(user, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/test/images"
 	"github.com/podvisor/podvisor/test/netlab"
@@ -43,7 +43,7 @@ type netLab struct {
 // (network safety).
 func newNetLab(t *testing.T, n int) *netLab {
 	t.Helper()
-	lab, err := netlab.New(n, netip.MustParsePrefix(controlplane.ServiceCIDR))
+	lab, err := netlab.New(n, netip.MustParsePrefix(ranges.ServiceCIDR))
 	if err != nil {
 		t.Fatal(err)
 	}

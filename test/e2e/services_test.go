@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
-	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/test/servicetraffic"
 )
 
@@ -39,11 +39,11 @@ func serviceProxyTest(t *testing.T) *Podvisor {
 	t.Helper()
 	needContainerd(t)
 	lockServiceProxy(t)
-	if out, err := exec.Command("ip", "route", "replace", "unreachable", controlplane.ServiceCIDR).CombinedOutput(); err != nil {
-		t.Fatalf("unreachable route for %s: %v: %s", controlplane.ServiceCIDR, err, out)
+	if out, err := exec.Command("ip", "route", "replace", "unreachable", ranges.ServiceCIDR).CombinedOutput(); err != nil {
+		t.Fatalf("unreachable route for %s: %v: %s", ranges.ServiceCIDR, err, out)
 	}
 	t.Cleanup(func() {
-		_ = exec.Command("ip", "route", "del", "unreachable", controlplane.ServiceCIDR).Run()
+		_ = exec.Command("ip", "route", "del", "unreachable", ranges.ServiceCIDR).Run()
 	})
 	// Runs after the podvisor stops (clean-ups run last first): the proxy
 	// leaves its rules, as upstream's does across restarts, and they would

@@ -180,3 +180,29 @@ func Read(flagValue string) (path string, entries []Entry, err error) {
 	entries, err = Parse(path, data)
 	return path, entries, err
 }
+
+// ListFlags take a YAML list in the config file (their command-line value
+// is comma-separated).
+var ListFlags = map[string]bool{"tls-san": true, "ca-cert-hash": true}
+
+// ParseStd parses a subcommand's command line, then sets the flags its
+// config file names and the command line does not; known says which keys
+// any subcommand has. -h and a bad command line exit, as flag.ExitOnError
+// would, after the usage.
+func ParseStd(fs *flag.FlagSet, args []string, known func(string) bool) error {
+	configFile := fs.String(FlagName, "", ConfigFileUsage)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	path, entries, err := Read(*configFile)
+	if err != nil {
+		return err
+	}
+	return Apply(path, entries, Std(fs), known, ListFlags)
+}
+
+// ConfigFileUsage is the usage of --config-file.
+const ConfigFileUsage = "config file: flags as YAML keys, under the command line's (default: $" + EnvVar + ", else " + DefaultPath + " if present)"

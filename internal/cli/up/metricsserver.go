@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	aggregator "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
 
+	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cluster/metricsserver"
 	"github.com/podvisor/podvisor/internal/controlplane"
@@ -28,7 +29,7 @@ func checkMetricsServerPort(o MetricsServerOptions, addr net.IP) error {
 	if o.Disable || addr == nil {
 		return nil
 	}
-	return checkPort(addr.String(), o.Port, "--metrics-server-port")
+	return agentup.CheckPort(addr.String(), o.Port, "--metrics-server-port")
 }
 
 // startMetricsServer runs the control plane's metrics-server at addr

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/podvisor/podvisor/internal/agent/node"
+	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/service"
 	"github.com/podvisor/podvisor/internal/cluster/etcdsnapshot"
@@ -37,10 +38,10 @@ type ServerOptions struct {
 	Verbose                  bool
 	Snapshots                etcdsnapshot.Options
 	// ClusterDNS: the server makes the kube-dns Service unless disabled.
-	ClusterDNS ClusterDNSOptions
+	ClusterDNS agentup.ClusterDNSOptions
 	// LocalStorage: the server makes the local-path StorageClass unless
 	// disabled (the nodes provision).
-	LocalStorage LocalStorageOptions
+	LocalStorage agentup.LocalStorageOptions
 	// MetricsServer: the server runs the cluster's metrics-server, which
 	// scrapes every node.
 	MetricsServer MetricsServerOptions
@@ -78,7 +79,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	if advertise == nil {
 		return fmt.Errorf("no address to advertise: this machine has no default route; give --advertise-address")
 	}
-	if err := checkPort(bind, o.APIPort, "--api-port"); err != nil {
+	if err := agentup.CheckPort(bind, o.APIPort, "--api-port"); err != nil {
 		return err
 	}
 	if err := checkMetricsServerPort(o.MetricsServer, advertise); err != nil {
@@ -87,7 +88,7 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 	if err := saveWithEtcdPorts(&st, dir, o.EtcdClientPort, o.EtcdPeerPort); err != nil {
 		return err
 	}
-	log, logFile, closeLog, err := startLogging(dir, o.Verbose, stderr, "", nil)
+	log, logFile, closeLog, err := agentup.StartLogging(dir, o.Verbose, stderr, "", nil)
 	if err != nil {
 		return err
 	}
@@ -116,12 +117,12 @@ func RunServer(ctx context.Context, o ServerOptions, stdout, stderr io.Writer) e
 		}
 		return err
 	}
-	publishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
-	publishLocalStorage(ctx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
+	agentup.PublishClusterDNS(ctx, o.ClusterDNS, log, datadir.AdminKubeconfig(dir))
+	agentup.PublishLocalStorage(ctx, o.LocalStorage, log, datadir.AdminKubeconfig(dir))
 	startMetricsServer(ctx, o.MetricsServer, log, dir, advertise)
 	fmt.Fprintf(stdout, "podvisor server is ready: export KUBECONFIG=%s\n", datadir.AdminKubeconfig(dir))
 	log.Info("podvisor server is ready", "server", controlplane.PublicServer(cfg))
-	notifyReady(log, notify, "control plane is ready")
+	agentup.NotifyReady(log, notify, "control plane is ready")
 	runSnapshots(ctx, snapshots)
 	runManifests(ctx, dir, log)
 	select {

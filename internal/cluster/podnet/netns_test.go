@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/podvisor/podvisor/internal/cluster/pki"
 	"github.com/podvisor/podvisor/internal/controlplane"
 	"github.com/podvisor/podvisor/internal/host/freeport"
 )
@@ -139,8 +140,8 @@ func TestRoutesFollowNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.Stop)
-	admin := clientFor(t, controlplane.AdminKubeconfig(filepath.Join(dir, "server")))
-	api := forwardAPI(t, "198.18.77.1", controlplane.AdminKubeconfig(filepath.Join(dir, "server")))
+	admin := clientFor(t, pki.AdminKubeconfig(filepath.Join(dir, "server")))
+	api := forwardAPI(t, "198.18.77.1", pki.AdminKubeconfig(filepath.Join(dir, "server")))
 
 	var stops []func()
 	t.Cleanup(func() {
@@ -240,7 +241,7 @@ func startNode(t *testing.T, dir, api string, n *testNode) func() {
 	t.Helper()
 	ndir := filepath.Join(dir, n.name)
 	kubeconfig := filepath.Join(ndir, "node.kubeconfig")
-	if err := controlplane.JoinLocal(filepath.Join(dir, "server"), filepath.Join(ndir, "pki"), kubeconfig, n.name, nil); err != nil {
+	if err := pki.JoinLocal(filepath.Join(dir, "server"), filepath.Join(ndir, "pki"), kubeconfig, n.name, nil); err != nil {
 		t.Fatal(err)
 	}
 	redirect(t, kubeconfig, api)

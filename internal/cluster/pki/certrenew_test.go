@@ -1,4 +1,4 @@
-package controlplane
+package pki
 
 import (
 	"crypto/x509"
@@ -46,11 +46,11 @@ func TestEnsureRenewsExpiringLeavesOnly(t *testing.T) {
 		if err := p.Ensure("n1", []net.IP{net.ParseIP("192.0.2.1")}, nil); err != nil {
 			t.Fatal(err)
 		}
-		ca, err := loadCert(p.Path(caCert))
+		ca, err := loadCert(p.Path(CACert))
 		if err != nil {
 			t.Fatal(err)
 		}
-		api, err = loadCert(p.Path(apiserverCert))
+		api, err = loadCert(p.Path(APIServerCert))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestEnsureRenewsExpiringLeavesOnly(t *testing.T) {
 // RotateCertificates re-issues every leaf, keeping names, not the CA.
 func TestRotateCertificates(t *testing.T) {
 	dir := t.TempDir()
-	p := PKI{Dir: PKIDir(dir)}
+	p := PKI{Dir: Dir(dir)}
 	if err := p.Ensure("n1", nil, []string{"api.example"}); err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +105,19 @@ func TestRotateCertificates(t *testing.T) {
 	if len(files) != len(leafStems) {
 		t.Errorf("re-issued %d files, want %d (the leaves, the front-proxy client among them): %v", len(files), len(leafStems), files)
 	}
-	fpCA, err := loadCert(p.Path(frontProxyCACert))
+	fpCA, err := loadCert(p.Path(FrontProxyCACert))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp, err := loadCert(p.Path(frontProxyClient + ".crt"))
+	fp, err := loadCert(p.Path(FrontProxyClient + ".crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := fp.CheckSignatureFrom(fpCA); err != nil {
 		t.Errorf("rotated front-proxy client not signed by the front-proxy CA: %v", err)
 	}
-	if fp.Subject.CommonName != frontProxyClient {
-		t.Errorf("rotated front-proxy client is %q, want %q", fp.Subject.CommonName, frontProxyClient)
+	if fp.Subject.CommonName != FrontProxyClient {
+		t.Errorf("rotated front-proxy client is %q, want %q", fp.Subject.CommonName, FrontProxyClient)
 	}
 	for stem, old := range before {
 		c, err := loadCert(p.Path(stem + ".crt"))
@@ -135,7 +135,7 @@ func TestRotateCertificates(t *testing.T) {
 		// Aggregated API servers trust the front-proxy client only
 		// through the front-proxy CA.
 		issuer := "ca"
-		if stem == frontProxyClient {
+		if stem == FrontProxyClient {
 			issuer = "front-proxy-ca"
 		}
 		if !isCA {
@@ -173,9 +173,9 @@ func TestEnsureFrontProxy(t *testing.T) {
 		}
 		return c
 	}
-	ca, fpCA, fp := load(caCert), load(frontProxyCACert), load(frontProxyClient+".crt")
-	if fp.Subject.CommonName != frontProxyClient || len(fp.ExtKeyUsage) != 1 || fp.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
-		t.Errorf("front-proxy client is %q with usages %v, want %q, client auth", fp.Subject.CommonName, fp.ExtKeyUsage, frontProxyClient)
+	ca, fpCA, fp := load(CACert), load(FrontProxyCACert), load(FrontProxyClient+".crt")
+	if fp.Subject.CommonName != FrontProxyClient || len(fp.ExtKeyUsage) != 1 || fp.ExtKeyUsage[0] != x509.ExtKeyUsageClientAuth {
+		t.Errorf("front-proxy client is %q with usages %v, want %q, client auth", fp.Subject.CommonName, fp.ExtKeyUsage, FrontProxyClient)
 	}
 	if err := fp.CheckSignatureFrom(fpCA); err != nil {
 		t.Errorf("front-proxy client not signed by the front-proxy CA: %v", err)
@@ -186,7 +186,7 @@ func TestEnsureFrontProxy(t *testing.T) {
 	if err := p.Ensure("n1", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if again := load(frontProxyCACert); !again.Equal(fpCA) {
+	if again := load(FrontProxyCACert); !again.Equal(fpCA) {
 		t.Errorf("the front-proxy CA was re-made at the second start")
 	}
 }

@@ -1,4 +1,9 @@
-package up
+// Package agentup runs `podvisor agent`: a node agent that joins a cluster,
+// with the node's services (cluster DNS, local-path provisioner, service
+// proxy). `podvisor up` starts the same node parts beside its control plane
+// through this package's exported functions. It links no control plane, so
+// an agent-only binary (cmd/podvisor-agent) can be built from it.
+package agentup
 
 import (
 	"context"
@@ -17,8 +22,8 @@ import (
 	"github.com/podvisor/podvisor/internal/agent/node"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
 	"github.com/podvisor/podvisor/internal/cli/service"
+	"github.com/podvisor/podvisor/internal/cluster/pki"
 	"github.com/podvisor/podvisor/internal/cluster/serviceproxy"
-	"github.com/podvisor/podvisor/internal/controlplane"
 )
 
 // AgentOptions are the flags of `podvisor agent`: a node agent joining a
@@ -79,10 +84,10 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
 	}
 	kc.GCPeriod = o.GCPeriod
-	if kc, err = withClusterDNS(kc, o.ClusterDNS); err != nil {
+	if kc, err = WithClusterDNS(kc, o.ClusterDNS); err != nil {
 		return err
 	}
-	podNetwork, err := clusterCIDR(o.ClusterCIDR)
+	podNetwork, err := ClusterCIDR(o.ClusterCIDR)
 	if err != nil {
 		return err
 	}
@@ -108,21 +113,23 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 			return fmt.Errorf("--node-ip %q is not an IP address", o.NodeIP)
 		}
 	}
-	st, err := claimDataDir(dir, o.NodeName)
+	st, err := ClaimDataDir(dir, o.NodeName)
 	if err != nil {
 		return err
 	}
-	if err := checkPort("", o.AgentPort, "--agent-port"); err != nil {
+	if err := CheckPort("", o.AgentPort, "--agent-port"); err != nil {
 		return err
 	}
 	if err := datadir.Save(dir, st); err != nil {
 		return fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	log, _, closeLog, err := startLogging(dir, o.Verbose, stderr, o.ConfigFile, ignored)
+	log, _, closeLog, err := StartLogging(dir, o.Verbose, stderr, o.ConfigFile, ignored)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
+	exe, _ := os.Executable()
+	log.Info("podvisor agent starting", "binary", exe, "agentOnly", filepath.Base(exe) == BinaryName)
 	var ips []net.IP
 	if hostIP != nil {
 		ips = append(ips, hostIP)
@@ -130,16 +137,16 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	var creds credentials
 	switch {
 	case o.ServerDataDir != "":
-		pki := filepath.Join(dir, "pki")
+		pkiDir := pki.Dir(dir)
 		kubeconfig := filepath.Join(dir, "node.kubeconfig")
-		if err := controlplane.JoinLocal(server, pki, kubeconfig, o.NodeName, ips); err != nil {
+		if err := pki.JoinLocal(server, pkiDir, kubeconfig, o.NodeName, ips); err != nil {
 			return fmt.Errorf("agent credentials: %w", err)
 		}
 		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
 			return err
 		}
-		creds = credentials{rest: rc, kubeconfig: kubeconfig, pkiDir: pki, server: server}
+		creds = credentials{rest: rc, kubeconfig: kubeconfig, pkiDir: pkiDir, server: server}
 	case o.Server != "":
 		if creds, err = joinWithToken(ctx, o, dir, ips, stderr); err != nil {
 			if ctx.Err() != nil {
@@ -157,7 +164,7 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		Unrouter: routing,
 		NodeName: o.NodeName, HostIP: hostIP, AgentPort: o.AgentPort, DataDir: dir,
 		Kubeconfig: creds.kubeconfig, RESTConfig: creds.rest, PKIDir: creds.pkiDir, ServingCertificate: creds.serving,
-		Kubelet: kc, Log: log, Runtime: runtimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
+		Kubelet: kc, Log: log, Runtime: RuntimeConfig(o.Runtime, kc), ClusterCIDR: podNetwork,
 	})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
@@ -168,26 +175,26 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 		}
 		return fmt.Errorf("agent: %w", err)
 	}
-	startClusterDNS(ctx, o.ClusterDNS, log, creds.kubeconfig, o.NodeName, hostIP, kc, dir, false)
-	startLocalStorage(ctx, o.LocalStorage, log, creds.kubeconfig, o.NodeName, dir)
-	if err := waitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
+	StartClusterDNS(ctx, o.ClusterDNS, log, creds.kubeconfig, o.NodeName, hostIP, kc, dir, false)
+	StartLocalStorage(ctx, o.LocalStorage, log, creds.kubeconfig, o.NodeName, dir)
+	if err := WaitNodeReady(ctx, creds.rest, o.NodeName); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	startServiceProxy(ctx, o.DisableServiceProxy, log, creds.kubeconfig, o.NodeName, hostIP, podNetwork, routing)
+	StartServiceProxy(ctx, o.DisableServiceProxy, log, creds.kubeconfig, o.NodeName, hostIP, podNetwork, routing)
 	fmt.Fprintf(stdout, "podvisor agent is ready: node %s\n", o.NodeName)
 	log.Info("podvisor agent is ready", "node", o.NodeName, "server", creds.server)
-	notifyReady(log, notify, "node "+o.NodeName+" is Ready")
+	NotifyReady(log, notify, "node "+o.NodeName+" is Ready")
 	<-ctx.Done()
 	log.Info("stopping")
 	notify.Stopping()
 	return nil
 }
 
-// runtimeConfig: the flag's endpoint, else the config file's.
-func runtimeConfig(rc agent.RuntimeConfig, kc config.Config) agent.RuntimeConfig {
+// RuntimeConfig: the flag's endpoint, else the config file's.
+func RuntimeConfig(rc agent.RuntimeConfig, kc config.Config) agent.RuntimeConfig {
 	if rc.Endpoint == "" {
 		rc.Endpoint = kc.ContainerRuntimeEndpoint
 	}

@@ -1,4 +1,4 @@
-package up
+package agentup
 
 import (
 	"reflect"
@@ -22,7 +22,7 @@ func TestWithClusterDNS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := withClusterDNS(config.Config{ClusterDNS: tt.conf, ClusterDomain: "cluster.local"}, tt.o)
+			got, err := WithClusterDNS(config.Config{ClusterDNS: tt.conf, ClusterDomain: "cluster.local"}, tt.o)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
 			}

@@ -1,4 +1,9 @@
-package controlplane
+// Package pki makes and keeps the cluster's keys, certificates and
+// kubeconfigs in a data directory's pki/: the CA, the control plane's and
+// the node's leaf certificates, their renewal and rotation, and the
+// credentials of an agent joining a server on the same machine. It links no
+// control plane, so a node agent can use it.
+package pki
 
 import (
 	"crypto"
@@ -20,6 +25,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 )
 
 // PKI is the set of keys and certificates podvisor generates once into DIR/pki.
@@ -40,31 +47,38 @@ func (p PKI) now() time.Time {
 
 // File names inside the PKI directory.
 const (
-	caCert            = "ca.crt"
-	caKey             = "ca.key"
-	apiserverCert     = "apiserver.crt"
-	apiserverKey      = "apiserver.key"
-	saKey             = "service-account.key"
-	saPub             = "service-account.pub"
-	kubeletClientCert = "apiserver-kubelet-client.crt"
-	kubeletClientKey  = "apiserver-kubelet-client.key"
+	CACert            = "ca.crt"
+	CAKey             = "ca.key"
+	APIServerCert     = "apiserver.crt"
+	APIServerKey      = "apiserver.key"
+	ServiceAccountKey = "service-account.key"
+	ServiceAccountPub = "service-account.pub"
+	KubeletClientCert = "apiserver-kubelet-client.crt"
+	KubeletClientKey  = "apiserver-kubelet-client.key"
 	// The aggregation layer's own CA, as kubeadm's: aggregated API servers
 	// (metrics-server) trust requests carrying X-Remote-User only from a
 	// client certificate of this CA, so no certificate the cluster CA signs
 	// for a node or a user can impersonate anyone through them.
-	frontProxyCACert = "front-proxy-ca.crt"
-	frontProxyCAKey  = "front-proxy-ca.key"
-	frontProxyClient = "front-proxy-client"
-	// metricsServer and metricsServerServing are the embedded
+	FrontProxyCACert = "front-proxy-ca.crt"
+	FrontProxyCAKey  = "front-proxy-ca.key"
+	FrontProxyClient = "front-proxy-client"
+	// MetricsServer and MetricsServerServing are the embedded
 	// metrics-server's client identity (system:metrics-server, for the API
 	// and the nodes' agent APIs) and its serving certificate.
-	metricsServer        = "metrics-server"
-	metricsServerServing = "metrics-server-serving"
+	MetricsServer        = "metrics-server"
+	MetricsServerServing = "metrics-server-serving"
 )
 
 // MetricsServerServiceDNS is the name the aggregator checks the embedded
 // metrics-server's serving certificate against (its Service's).
 const MetricsServerServiceDNS = "metrics-server.kube-system.svc"
+
+// Dir is the PKI directory of a data directory.
+func Dir(dataDir string) string { return filepath.Join(dataDir, "pki") }
+
+// AdminKubeconfig is a data directory's kubeconfig with a system:masters
+// certificate.
+func AdminKubeconfig(dataDir string) string { return filepath.Join(dataDir, "admin.kubeconfig") }
 
 // Path returns the absolute path of a file in the PKI directory.
 func (p PKI) Path(name string) string { return filepath.Join(p.Dir, name) }
@@ -80,7 +94,7 @@ type certSpec struct {
 }
 
 func (p PKI) ensureCA() (*x509.Certificate, crypto.Signer, error) {
-	return p.ensureCAFiles(caCert, caKey, "podvisor-ca")
+	return p.ensureCAFiles(CACert, CAKey, "podvisor-ca")
 }
 
 // ensureCAFiles loads the CA in crtName and keyName, or makes one named cn.
@@ -192,7 +206,7 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 	}
 	server := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	ips := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ServiceIP)}, hostIPs...)
+	ips := append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(ranges.ServiceIP)}, hostIPs...)
 	specs := []certSpec{
 		{name: "apiserver", cn: "kube-apiserver", usages: server, ips: ips,
 			dns: append([]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, hostNames...)},
@@ -205,8 +219,8 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 		{name: "kube-proxy", cn: "system:kube-proxy", usages: client},
 		// The embedded metrics-server: bound to its roles by name
 		// (internal/cluster/metricsserver), served under its Service's name.
-		{name: metricsServer, cn: "system:metrics-server", usages: client},
-		{name: metricsServerServing, cn: "metrics-server", usages: server, ips: ips,
+		{name: MetricsServer, cn: "system:metrics-server", usages: client},
+		{name: MetricsServerServing, cn: "metrics-server", usages: server, ips: ips,
 			dns: []string{MetricsServerServiceDNS, "metrics-server.kube-system", "localhost"}},
 	}
 	if nodeName != "" { // podvisor server runs no node agent
@@ -219,12 +233,12 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 			return fmt.Errorf("certificate %s: %w", s.name, err)
 		}
 	}
-	fpCA, fpSigner, err := p.ensureCAFiles(frontProxyCACert, frontProxyCAKey, "podvisor-front-proxy-ca")
+	fpCA, fpSigner, err := p.ensureCAFiles(FrontProxyCACert, FrontProxyCAKey, "podvisor-front-proxy-ca")
 	if err != nil {
 		return fmt.Errorf("front-proxy certificate authority: %w", err)
 	}
-	if err := p.ensureLeaf(fpCA, fpSigner, certSpec{name: frontProxyClient, cn: frontProxyClient, usages: client}); err != nil {
-		return fmt.Errorf("certificate %s: %w", frontProxyClient, err)
+	if err := p.ensureLeaf(fpCA, fpSigner, certSpec{name: FrontProxyClient, cn: FrontProxyClient, usages: client}); err != nil {
+		return fmt.Errorf("certificate %s: %w", FrontProxyClient, err)
 	}
 	return p.ensureServiceAccountKey()
 }
@@ -232,7 +246,7 @@ func (p PKI) Ensure(nodeName string, hostIPs []net.IP, hostNames []string) error
 // IssueClient signs a fresh client certificate (not stored); tests use it for
 // identities with no rights.
 func (p PKI) IssueClient(cn string, orgs []string) (certPEM, keyPEM []byte, err error) {
-	ca, signer, err := loadPair(p.Path(caCert), p.Path(caKey))
+	ca, signer, err := loadPair(p.Path(CACert), p.Path(CAKey))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -260,7 +274,7 @@ func (p PKI) IssueClient(cn string, orgs []string) (certPEM, keyPEM []byte, err 
 
 // The service-account signing key is RSA: every token consumer accepts it.
 func (p PKI) ensureServiceAccountKey() error {
-	if exists(p.Path(saKey)) && exists(p.Path(saPub)) {
+	if exists(p.Path(ServiceAccountKey)) && exists(p.Path(ServiceAccountPub)) {
 		return nil
 	}
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -271,10 +285,10 @@ func (p PKI) ensureServiceAccountKey() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFile(p.Path(saKey), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
+	if err := writeFile(p.Path(ServiceAccountKey), pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}), 0o600); err != nil {
 		return err
 	}
-	return writeFile(p.Path(saPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
+	return writeFile(p.Path(ServiceAccountPub), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644)
 }
 
 func serial() *big.Int {

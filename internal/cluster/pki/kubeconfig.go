@@ -1,4 +1,4 @@
-package controlplane
+package pki
 
 import (
 	"os"
@@ -7,10 +7,10 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// writeKubeconfig writes a kubeconfig for the identity whose certificate is
+// WriteKubeconfig writes a kubeconfig for the identity whose certificate is
 // pki/<stem>.crt, with the certificate data inlined so the file stands alone.
-func (p PKI) writeKubeconfig(path, server, stem string) error {
-	ca, err := os.ReadFile(p.Path(caCert))
+func (p PKI) WriteKubeconfig(path, server, stem string) error {
+	ca, err := os.ReadFile(p.Path(CACert))
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package up
+package agentup
 
 import (
 	"context"
@@ -27,9 +27,9 @@ func (o LocalStorageOptions) root(dataDir string) (string, error) {
 	return filepath.Join(dataDir, "storage"), nil
 }
 
-// startLocalStorage runs this node's local-path provisioner unless
+// StartLocalStorage runs this node's local-path provisioner unless
 // --disable-local-storage. Failures are log lines; the node runs on.
-func startLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Logger, kubeconfig, nodeName, dataDir string) {
+func StartLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Logger, kubeconfig, nodeName, dataDir string) {
 	if o.Disable {
 		log.Info("local-path provisioner disabled (--disable-local-storage): this node provisions no volumes")
 		return
@@ -51,9 +51,9 @@ func startLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Log
 	}()
 }
 
-// publishLocalStorage is the server's part: the default StorageClass and
+// PublishLocalStorage is the server's part: the default StorageClass and
 // the nodes' RBAC, retried until the API takes them.
-func publishLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Logger, kubeconfig string) {
+func PublishLocalStorage(ctx context.Context, o LocalStorageOptions, log *slog.Logger, kubeconfig string) {
 	if o.Disable {
 		log.Info("local storage disabled (--disable-local-storage): no local-path StorageClass")
 		return

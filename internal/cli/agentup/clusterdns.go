@@ -1,4 +1,4 @@
-package up
+package agentup
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/podvisor/podvisor/internal/agent/config"
 	"github.com/podvisor/podvisor/internal/cluster/clusterdns"
-	"github.com/podvisor/podvisor/internal/controlplane"
+	"github.com/podvisor/podvisor/internal/cluster/ranges"
 )
 
 // DefaultClusterDNSPort is where a node's DNS listens on the node's
@@ -28,18 +28,18 @@ type ClusterDNSOptions struct {
 	Port    int  // --cluster-dns-port
 }
 
-// withClusterDNS gives pods the cluster DNS: the kubelet configuration's
+// WithClusterDNS gives pods the cluster DNS: the kubelet configuration's
 // clusterDNS, when it names none, becomes the kube-dns Service's address.
 // A configuration that names servers keeps them (the user runs their own),
 // and so does a node that serves no DNS.
-func withClusterDNS(kc config.Config, o ClusterDNSOptions) (config.Config, error) {
+func WithClusterDNS(kc config.Config, o ClusterDNSOptions) (config.Config, error) {
 	if o.Disable || len(kc.ClusterDNS) > 0 {
 		return kc, nil
 	}
 	if o.Port <= 0 || o.Port > 65535 {
 		return kc, fmt.Errorf("--cluster-dns-port %d is not a valid port", o.Port)
 	}
-	ip, err := clusterdns.ServiceIP(controlplane.ServiceCIDR)
+	ip, err := clusterdns.ServiceIP(ranges.ServiceCIDR)
 	if err != nil {
 		return kc, err
 	}
@@ -47,10 +47,10 @@ func withClusterDNS(kc config.Config, o ClusterDNSOptions) (config.Config, error
 	return kc, nil
 }
 
-// startClusterDNS serves the node's DNS unless --disable-cluster-dns. The
+// StartClusterDNS serves the node's DNS unless --disable-cluster-dns. The
 // server (manageService) also keeps the kube-dns Service and lets every
 // node publish its endpoint. Failures are log lines; the node runs on.
-func startClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logger, kubeconfig, nodeName string,
+func StartClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logger, kubeconfig, nodeName string,
 	hostIP net.IP, kc config.Config, dataDir string, manageService bool) {
 	if o.Disable {
 		log.Info("cluster DNS disabled (--disable-cluster-dns): pods resolve Service names only if something else serves kube-dns")
@@ -72,14 +72,14 @@ func startClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logger,
 	}
 	go clusterdns.Run(ctx, clusterdns.Config{
 		Client: client, Kubeconfig: kubeconfig, NodeName: nodeName, Addr: addr, Port: o.Port,
-		ClusterDomain: kc.ClusterDomain, ServiceCIDR: controlplane.ServiceCIDR, ResolvConf: kc.ResolvConf,
+		ClusterDomain: kc.ClusterDomain, ServiceCIDR: ranges.ServiceCIDR, ResolvConf: kc.ResolvConf,
 		FragmentDir: filepath.Join(dataDir, "coredns"), ManageService: manageService, Log: log,
 	})
 }
 
-// publishClusterDNS is the server's part when it runs no node: the kube-dns
+// PublishClusterDNS is the server's part when it runs no node: the kube-dns
 // Service and the nodes' RBAC, retried until the API takes them.
-func publishClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logger, kubeconfig string) {
+func PublishClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logger, kubeconfig string) {
 	if o.Disable {
 		log.Info("cluster DNS disabled (--disable-cluster-dns): no kube-dns Service")
 		return
@@ -96,7 +96,7 @@ func publishClusterDNS(ctx context.Context, o ClusterDNSOptions, log *slog.Logge
 	}
 	go func() {
 		for {
-			err := clusterdns.EnsureClusterObjects(ctx, client, controlplane.ServiceCIDR, o.Port)
+			err := clusterdns.EnsureClusterObjects(ctx, client, ranges.ServiceCIDR, o.Port)
 			if err == nil {
 				return
 			}

@@ -1,4 +1,4 @@
-package controlplane
+package pki
 
 import (
 	"crypto/x509"
@@ -16,8 +16,8 @@ import (
 // kubeconfig, the node's kubeconfig pointing at the server's API. Files that
 // exist are kept. It is a local, testing join: it reads the CA's private key.
 func JoinLocal(serverDataDir, pkiDir, kubeconfig, nodeName string, hostIPs []net.IP) error {
-	src := PKI{Dir: PKIDir(serverDataDir)}
-	ca, signer, err := loadPair(src.Path(caCert), src.Path(caKey))
+	src := PKI{Dir: Dir(serverDataDir)}
+	ca, signer, err := loadPair(src.Path(CACert), src.Path(CAKey))
 	if err != nil {
 		return fmt.Errorf("server CA in %s: %w", src.Dir, err)
 	}
@@ -29,11 +29,11 @@ func JoinLocal(serverDataDir, pkiDir, kubeconfig, nodeName string, hostIPs []net
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(src.Path(caCert))
+	caPEM, err := os.ReadFile(src.Path(CACert))
 	if err != nil {
 		return err
 	}
-	if err := writeFile(dst.Path(caCert), caPEM, 0o644); err != nil {
+	if err := writeFile(dst.Path(CACert), caPEM, 0o644); err != nil {
 		return err
 	}
 	ips := append([]net.IP{net.ParseIP("127.0.0.1")}, hostIPs...)
@@ -45,7 +45,7 @@ func JoinLocal(serverDataDir, pkiDir, kubeconfig, nodeName string, hostIPs []net
 			return fmt.Errorf("certificate %s: %w", s.name, err)
 		}
 	}
-	return dst.writeKubeconfig(kubeconfig, server, "node")
+	return dst.WriteKubeconfig(kubeconfig, server, "node")
 }
 
 // serverOf reads the API server address from a kubeconfig.

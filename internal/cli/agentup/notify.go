@@ -1,4 +1,4 @@
-package up
+package agentup
 
 import (
 	"log/slog"
@@ -6,9 +6,9 @@ import (
 	"github.com/podvisor/podvisor/internal/cli/service"
 )
 
-// notifyReady tells systemd (a Type=notify unit, 'podvisor install') that
+// NotifyReady tells systemd (a Type=notify unit, 'podvisor install') that
 // podvisor is ready; outside systemd it does nothing.
-func notifyReady(log *slog.Logger, n service.Notifier, status string) {
+func NotifyReady(log *slog.Logger, n service.Notifier, status string) {
 	if sent, err := n.Ready(status); err != nil {
 		log.Warn("telling systemd podvisor is ready", "err", err)
 	} else if sent {

@@ -1,4 +1,4 @@
-package controlplane
+package pki
 
 import (
 	"crypto/x509"
@@ -23,7 +23,7 @@ const (
 
 // leafStems are the leaf certificates Ensure issues (pki/<stem>.crt).
 var leafStems = []string{"apiserver", "apiserver-kubelet-client", "admin", "controller-manager", "scheduler", "kube-proxy",
-	metricsServer, metricsServerServing, frontProxyClient, "node", "agent-serving"}
+	MetricsServer, MetricsServerServing, FrontProxyClient, "node", "agent-serving"}
 
 // NeedsRenewal reports whether a leaf certificate is due to be re-issued at
 // now: within RenewBefore of its expiry, expired, or not yet valid (a clock
@@ -41,8 +41,8 @@ func RotateCertificates(dataDir string) ([]string, error) {
 	if addr := runningAPI(dataDir); addr != "" {
 		return nil, fmt.Errorf("podvisor is running with data dir %s (its API answers at %s): stop it first", dataDir, addr)
 	}
-	p := PKI{Dir: PKIDir(dataDir)}
-	ca, signer, err := loadPair(p.Path(caCert), p.Path(caKey))
+	p := PKI{Dir: Dir(dataDir)}
+	ca, signer, err := loadPair(p.Path(CACert), p.Path(CAKey))
 	if err != nil {
 		return nil, fmt.Errorf("certificate authority in %s: %w", p.Dir, err)
 	}
@@ -69,8 +69,8 @@ func RotateCertificates(dataDir string) ([]string, error) {
 			continue
 		}
 		issuer, issuerKey := ca, signer
-		if stem == frontProxyClient { // the aggregation layer's CA signs it
-			if issuer, issuerKey, err = loadPair(p.Path(frontProxyCACert), p.Path(frontProxyCAKey)); err != nil {
+		if stem == FrontProxyClient { // the aggregation layer's CA signs it
+			if issuer, issuerKey, err = loadPair(p.Path(FrontProxyCACert), p.Path(FrontProxyCAKey)); err != nil {
 				return done, fmt.Errorf("front-proxy certificate authority in %s: %w", p.Dir, err)
 			}
 		}

@@ -1,0 +1,46 @@
+// Command podvisor-agent is `podvisor agent` without the control plane: the
+// node agent with the node's services (cluster DNS, local-path provisioner,
+// kube-proxy), for a node that joins a cluster. `podvisor agent` runs it
+// when it is installed beside podvisor; its flags are the same. It also
+// serves the hidden subcommands the agent starts itself as (its containerd,
+// the process runtime's shim), so that they too do without the control
+// plane's pages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/podvisor/podvisor/internal/cli/agentup"
+	"github.com/podvisor/podvisor/internal/runtime/containerd"
+	"github.com/podvisor/podvisor/internal/runtime/process"
+)
+
+func main() {
+	args := os.Args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "containerd": // as `podvisor containerd` (containerd.Start)
+			os.Exit(containerd.Main(args[1:]))
+		case process.ShimCommand:
+			os.Exit(process.RunShim(args[1:]))
+		case "agent": // as `podvisor agent`
+			args = args[1:]
+		}
+	}
+	// A config file may hold other subcommands' keys too; `podvisor agent`
+	// has checked them against every subcommand before it ran this binary.
+	o, err := agentup.ParseArgs(args, func(string) bool { return true })
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		err = agentup.RunAgent(ctx, o, os.Stdout, os.Stderr)
+		stop()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podvisor agent: %v\n", err)
+		os.Exit(1)
+	}
+}
