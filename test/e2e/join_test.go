@@ -45,6 +45,17 @@ func startDaemon(t *testing.T, ready string, args ...string) *labDaemon {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Stop)
+	if args[0] == "agent" {
+		// The harness builds podvisor-agent beside podvisor, so `podvisor
+		// agent` must have exec'd it: the agent without the control plane.
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.cmd.Process.Pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Base(exe) != "podvisor-agent" {
+			t.Fatalf("podvisor agent runs %s, want the agent-only podvisor-agent beside %s", exe, binary)
+		}
+	}
 	return d
 }
 

@@ -165,9 +165,16 @@ func podvisorsInMyNetns() []int {
 }
 
 // isPodvisorNode reports whether process pid is a `podvisor up` or
-// `podvisor agent`.
+// `podvisor agent` (which keeps its command line when it execs
+// podvisor-agent), or podvisor-agent started by itself.
 func isPodvisorNode(pid string) bool {
-	args := cmdline(pid)
+	return isNodeCommand(cmdline(pid))
+}
+
+func isNodeCommand(args []string) bool {
+	if len(args) >= 1 && filepath.Base(args[0]) == "podvisor-agent" {
+		return len(args) < 2 || (args[1] != "containerd" && args[1] != "__shim")
+	}
 	return len(args) >= 2 && filepath.Base(args[0]) == "podvisor" && (args[1] == "up" || args[1] == "agent")
 }
 
