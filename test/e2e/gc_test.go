@@ -150,6 +150,7 @@ func (a *Agent) Start() {
 		for range lines {
 		}
 	}()
+	requireAgentOnly(a.t, a.cmd.Process.Pid)
 	if a.server.Runtime == "containerd" && !a.imported {
 		// Its containerd is its own: what adapt gives pods, as Start does.
 		importImages(a.t, a.DataDir, "busybox")

@@ -46,17 +46,23 @@ func startDaemon(t *testing.T, ready string, args ...string) *labDaemon {
 	}
 	t.Cleanup(d.Stop)
 	if args[0] == "agent" {
-		// The harness builds podvisor-agent beside podvisor, so `podvisor
-		// agent` must have exec'd it: the agent without the control plane.
-		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", d.cmd.Process.Pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if filepath.Base(exe) != "podvisor-agent" {
-			t.Fatalf("podvisor agent runs %s, want the agent-only podvisor-agent beside %s", exe, binary)
-		}
+		requireAgentOnly(t, d.cmd.Process.Pid)
 	}
 	return d
+}
+
+// requireAgentOnly: the harness builds podvisor-agent beside podvisor, so a
+// ready `podvisor agent` must have exec'd it (the agent without the control
+// plane).
+func requireAgentOnly(t *testing.T, pid int) {
+	t.Helper()
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(exe) != "podvisor-agent" {
+		t.Fatalf("podvisor agent runs %s, want the agent-only podvisor-agent beside %s", exe, binary)
+	}
 }
 
 // leafSerial reads the serial of the first certificate in a PEM file.
