@@ -40,7 +40,7 @@ func main() {
 		stop()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "podvisor agent: %v\n", err)
+		fmt.Fprintf(os.Stderr, "podvisor: %v\n", err) // as podvisor agent says it
 		os.Exit(1)
 	}
 }
