@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
@@ -116,8 +117,16 @@ func (w *worker) poke() {
 
 func (w *worker) update(pod *v1.Pod) {
 	w.mu.Lock()
+	old := w.pod
 	w.pod = pod
 	w.mu.Unlock()
+	// A changed pod (labels, annotations, spec) has its volumes looked at
+	// now, as the kubelet's pod sync: downward API files, expanded claims.
+	if old != nil && old.Generation == pod.Generation && maps.Equal(old.Labels, pod.Labels) && maps.Equal(old.Annotations, pod.Annotations) {
+		w.poke()
+		return
+	}
+	w.m.vols.Refresh(w.uid)
 	w.poke()
 }
 
