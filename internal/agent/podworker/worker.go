@@ -335,8 +335,13 @@ func (w *worker) sync(ctx context.Context) {
 	}
 	if plan.Done {
 		w.stopSandboxes(ctx, pod, "")
-		w.unmountVolumes(ctx, pod)
-		w.markStopped()
+		// A stopped pod is one whose CSI volumes are unpublished too: the
+		// node's shutdown (and eviction) wait for that, as upstream's
+		// shutdown manager waits for the unmounts of a band's pods; a
+		// failed unmount is retried and closes it when it succeeds.
+		if w.unmountVolumes(ctx, pod) {
+			w.markStopped()
+		}
 		// The final delete waits for the pod's termination to be complete
 		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
 		// again sandboxRetry later, and the delete follows then.
@@ -382,12 +387,12 @@ func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 // final delete waits for (lifecycle.Reclaim); a failure (a driver gone or
 // failing) is tried again sandboxRetry later, as the kubelet's reconciler
 // retries, and logged as it does.
-func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
+func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) (unmounted bool) {
 	w.mu.Lock()
 	done := w.volumesUnmounted
 	w.mu.Unlock()
 	if done {
-		return
+		return true
 	}
 	err := w.m.vols.Unmount(ctx, w.podDir())
 	w.mu.Lock()
@@ -397,6 +402,7 @@ func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
 		w.m.cfg.Log.Warn("unmounting volumes of a terminated pod", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "err", err)
 		w.m.cfg.Clock.AfterFunc(sandboxRetry, w.poke)
 	}
+	return err == nil
 }
 
 // processesLeftPoll is how often a terminated pod's cgroup is read again
@@ -451,6 +457,7 @@ func (w *worker) finish(ctx context.Context) {
 	w.removeSandboxes(ctx, pod)
 	w.m.removePodDir(w.podDir())
 	w.m.removeWorker(w.uid)
+	w.markStopped() // nothing of the worker is left to wait for
 }
 
 // removeInstances forgets the instances in the prober and removes them from
