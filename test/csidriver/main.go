@@ -438,8 +438,10 @@ func (d *driver) DeleteVolume(_ context.Context, r *csi.DeleteVolumeRequest) (*c
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := unbind(filepath.Join(d.dataDir, "volumes", r.VolumeId)); err != nil {
-		return nil, err
+	if dir := filepath.Join(d.dataDir, "volumes", r.VolumeId); mounted(dir) { // a tmpfs volume
+		if err := unix.Unmount(dir, 0); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmount %s: %v", dir, err)
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(d.dataDir, "volumes", r.VolumeId)); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
