@@ -30,6 +30,8 @@ import (
 // volume's filesystem (a tmpfs the driver remounts larger).
 func testCSIOnlineExpansion(t *testing.T, p *Podvisor, d *testCSIDriver, ns, driverName string) {
 	ctx := context.Background()
+	start := time.Now()
+	defer func() { t.Logf("online expansion: %v", time.Since(start).Round(time.Millisecond)) }()
 	runSidecar(t, p, d, buildSidecar(t, resizerModule, "./cmd/csi-resizer"))
 	// A failed test leaves no tmpfs mounted in its temporary directory.
 	t.Cleanup(func() { mounts.UnmountUnder(d.dataDir, mounts.Points()) })
