@@ -3,7 +3,11 @@
 // serve): a volume is a directory under --data-dir/volumes; the node
 // service stages it (bind mount at the staging path, when --stage) and
 // publishes it (bind mount at the target path, read-only when asked); the
-// controller service creates and deletes the directories. It registers
+// controller service creates and deletes the directories. A volume of a
+// StorageClass with the parameter fs: tmpfs is a tmpfs of the claim's size
+// mounted on its directory, which ControllerExpandVolume and then
+// NodeExpandVolume (a remount with the new size) grow online, as a real
+// filesystem: df in the pod shows the size. It registers
 // itself with the node through the plugin registration directory, as
 // node-driver-registrar does for a real driver, and appends every node
 // call to --calls as a JSON line for the test to read.
@@ -46,6 +50,7 @@ func main() {
 	flag.StringVar(&d.calls, "calls", "", "file the node calls are appended to")
 	flag.BoolVar(&d.stage, "stage", true, "advertise STAGE_UNSTAGE_VOLUME")
 	flag.BoolVar(&d.volumeStats, "volume-stats", true, "advertise GET_VOLUME_STATS")
+	flag.BoolVar(&d.expand, "expand", true, "advertise EXPAND_VOLUME (controller and node)")
 	flag.StringVar(&d.failUnpublish, "fail-unpublish-file", "", "while this file exists, NodeUnpublishVolume fails (a driver in trouble)")
 	flag.Parse()
 	if endpoint == "" || regDir == "" || d.dataDir == "" || d.nodeID == "" {
@@ -130,7 +135,7 @@ type driver struct {
 	csi.UnimplementedControllerServer
 	name, dataDir, nodeID, calls string
 	failUnpublish                string
-	stage, volumeStats           bool
+	stage, volumeStats, expand   bool
 
 	mu        sync.Mutex      // one operation at a time: mounts and the calls file
 	ephemeral map[string]bool // inline volumes published, removed when unpublished
@@ -146,6 +151,10 @@ type Call struct {
 	VolumeContext map[string]string `json:"volumeContext,omitempty"`
 	// PublishContext is the VolumeAttachment's attachmentMetadata.
 	PublishContext map[string]string `json:"publishContext,omitempty"`
+	// Capacity is NodeExpandVolume's required bytes.
+	Capacity int64 `json:"capacity,omitempty"`
+	// Fs is the volume capability's fsType (NodeExpandVolume).
+	FsType string `json:"fsType,omitempty"`
 }
 
 func (d *driver) record(c Call) {
@@ -218,9 +227,14 @@ func (d *driver) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi
 }
 
 func (d *driver) GetPluginCapabilities(context.Context, *csi.GetPluginCapabilitiesRequest) (*csi.GetPluginCapabilitiesResponse, error) {
-	return &csi.GetPluginCapabilitiesResponse{Capabilities: []*csi.PluginCapability{{
+	caps := []*csi.PluginCapability{{
 		Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: csi.PluginCapability_Service_CONTROLLER_SERVICE}},
-	}}}, nil
+	}}
+	if d.expand {
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+			VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_ONLINE}}})
+	}
+	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }
 
 func (d *driver) Probe(context.Context, *csi.ProbeRequest) (*csi.ProbeResponse, error) {
@@ -242,6 +256,10 @@ func (d *driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRe
 	if d.volumeStats {
 		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
 			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_GET_VOLUME_STATS}}})
+	}
+	if d.expand {
+		caps = append(caps, &csi.NodeServiceCapability{Type: &csi.NodeServiceCapability_Rpc{
+			Rpc: &csi.NodeServiceCapability_RPC{Type: csi.NodeServiceCapability_RPC_EXPAND_VOLUME}}})
 	}
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
 }
@@ -375,24 +393,55 @@ func (d *driver) NodeUnpublishVolume(_ context.Context, r *csi.NodeUnpublishVolu
 // Controller: volumes are directories.
 
 func (d *driver) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: []*csi.ControllerServiceCapability{{
+	caps := []*csi.ControllerServiceCapability{{
 		Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME}},
-	}}}, nil
+	}}
+	if d.expand {
+		caps = append(caps, &csi.ControllerServiceCapability{
+			Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: csi.ControllerServiceCapability_RPC_EXPAND_VOLUME}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
 }
+
+// fsParameter is the StorageClass parameter that makes volumes tmpfs
+// filesystems of the claim's size.
+const fsParameter = "fs"
 
 func (d *driver) CreateVolume(_ context.Context, r *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if !validID.MatchString(r.Name) {
 		return nil, status.Errorf(codes.InvalidArgument, "volume name %q is not a valid directory name", r.Name)
 	}
-	if err := os.MkdirAll(filepath.Join(d.dataDir, "volumes", r.Name), 0o777); err != nil {
+	dir := filepath.Join(d.dataDir, "volumes", r.Name)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: r.Name, CapacityBytes: r.GetCapacityRange().GetRequiredBytes()}}, nil
+	size := r.GetCapacityRange().GetRequiredBytes()
+	switch fs := r.Parameters[fsParameter]; fs {
+	case "":
+	case "tmpfs":
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if !mounted(dir) {
+			if err := unix.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0777", size)); err != nil {
+				return nil, status.Errorf(codes.Internal, "mounting a tmpfs of %d bytes at %s: %v", size, dir, err)
+			}
+		}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "parameter %s: %q is not a filesystem this driver makes (tmpfs)", fsParameter, fs)
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: r.Name, CapacityBytes: size}}, nil
 }
 
 func (d *driver) DeleteVolume(_ context.Context, r *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	if !validID.MatchString(r.VolumeId) {
 		return nil, status.Errorf(codes.InvalidArgument, "volume ID %q is not a valid directory name", r.VolumeId)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if dir := filepath.Join(d.dataDir, "volumes", r.VolumeId); mounted(dir) { // a tmpfs volume
+		if err := unix.Unmount(dir, 0); err != nil {
+			return nil, status.Errorf(codes.Internal, "unmount %s: %v", dir, err)
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(d.dataDir, "volumes", r.VolumeId)); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -405,4 +454,50 @@ func (d *driver) ValidateVolumeCapabilities(_ context.Context, r *csi.ValidateVo
 		return nil, err
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{VolumeCapabilities: r.VolumeCapabilities}}, nil
+}
+
+// ControllerExpandVolume grows a volume: a tmpfs volume needs the node's
+// NodeExpandVolume to grow the filesystem the pod sees; a directory has
+// no size to grow.
+func (d *driver) ControllerExpandVolume(_ context.Context, r *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	if !d.expand {
+		return nil, status.Error(codes.Unimplemented, "EXPAND_VOLUME is not advertised")
+	}
+	dir, err := d.volumeDir(r.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: r.GetCapacityRange().GetRequiredBytes(), NodeExpansionRequired: mounted(dir)}, nil
+}
+
+// NodeExpandVolume grows the tmpfs published at the volume path to the
+// required size (a remount changes the filesystem itself, so every mount
+// of it, the pod's too, sees the new size).
+func (d *driver) NodeExpandVolume(_ context.Context, r *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.record(Call{Method: "NodeExpandVolume", VolumeID: r.VolumeId, Target: r.VolumePath, Staging: r.StagingTargetPath,
+		Capacity: r.GetCapacityRange().GetRequiredBytes(), FsType: r.GetVolumeCapability().GetMount().GetFsType()})
+	if !d.expand {
+		return nil, status.Error(codes.Unimplemented, "EXPAND_VOLUME is not advertised")
+	}
+	if r.VolumeId == "" || r.VolumePath == "" || r.VolumeCapability == nil {
+		return nil, status.Error(codes.InvalidArgument, "volume ID, volume path and volume capability are required")
+	}
+	dir, err := d.volumeDir(r.VolumeId)
+	if err != nil {
+		return nil, err
+	}
+	if !mounted(r.VolumePath) {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not published at %s", r.VolumeId, r.VolumePath)
+	}
+	size := r.GetCapacityRange().GetRequiredBytes()
+	if mounted(dir) {
+		if err := unix.Mount("", r.VolumePath, "", unix.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+			return nil, status.Errorf(codes.Internal, "growing the tmpfs at %s to %d bytes: %v", r.VolumePath, size, err)
+		}
+	}
+	return &csi.NodeExpandVolumeResponse{CapacityBytes: size}, nil
 }

@@ -86,6 +86,7 @@ type csiCall struct {
 	ReadOnly       bool              `json:"readOnly"`
 	VolumeContext  map[string]string `json:"volumeContext"`
 	PublishContext map[string]string `json:"publishContext"`
+	Capacity       int64             `json:"capacity"`
 }
 
 // startTestCSIDriver builds and runs test/csidriver for p's node until the

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -21,6 +20,10 @@ import (
 // Go module (the proxy serves it; its images are not reachable here).
 const provisionerModule = "github.com/kubernetes-csi/external-provisioner/v5@v5.3.0"
 
+// resizerModule is the upstream external-resizer, built the same way (the
+// proxy serves the /v2 module path only).
+const resizerModule = "github.com/kubernetes-csi/external-resizer/v2@v2.3.0"
+
 // Dynamic provisioning as a user meets it with a CSI driver: the upstream
 // external-provisioner, run beside the test driver (test/csidriver) as a
 // host process with the admin's credentials, provisions a claim of the
@@ -32,7 +35,7 @@ func TestCSIDynamicProvisioning(t *testing.T) {
 	ns := p.Namespace("csi-provisioning")
 	ctx := context.Background()
 	const driverName = "prov.csi.podvisor.test"
-	provisioner := buildProvisioner(t)
+	provisioner := buildSidecar(t, provisionerModule, "./cmd/csi-provisioner")
 	d := startTestCSIDriver(t, p, driverName)
 	waitCSINodeDriver(t, p, driverName)
 	if _, err := p.Admin.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: driverName},
@@ -51,21 +54,7 @@ func TestCSIDynamicProvisioning(t *testing.T) {
 		_ = p.Admin.StorageV1().StorageClasses().Delete(context.Background(), sc.Name, metav1.DeleteOptions{})
 	})
 
-	var out bytes.Buffer
-	cmd := exec.Command(provisioner, "--csi-address", d.endpoint, "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"), "--v", "3")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// Stopped before the driver (cleanups run last first), after the
-	// claim's volume is deleted below.
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("external-provisioner's output:\n%s", out.String())
-		}
-	})
+	runSidecar(t, p, d, provisioner)
 
 	claim := &v1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dynamic"}, Spec: v1.PersistentVolumeClaimSpec{
 		StorageClassName: ptr.To(sc.Name), AccessModes: []v1.PersistentVolumeAccessMode{v1.ReadWriteOnce},
@@ -110,32 +99,58 @@ func TestCSIDynamicProvisioning(t *testing.T) {
 		_, err := p.Admin.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
 		return err != nil, nil
 	})
+
+	// Online expansion is the volume manager's, whatever the runtime: the
+	// containerd half alone tests it.
+	if e2eRuntime() == "containerd" {
+		testCSIOnlineExpansion(t, p, d, ns, driverName)
+	}
 }
 
-// buildProvisioner builds the upstream csi-provisioner from its module, in
-// the module's own directory so that its go.mod (and its replace
-// directives) rule the build. The first build on a machine takes minutes
-// (its k8s.io dependencies are of another minor version than podvisor's);
-// later ones come from the build cache.
-func buildProvisioner(t *testing.T) string {
+// runSidecar runs an upstream sidecar beside the driver d as a host process
+// with the admin's credentials until the test ends; it is stopped before
+// the driver (cleanups run last first), after what the test deletes.
+func runSidecar(t *testing.T, p *Podvisor, d *testCSIDriver, bin string, args ...string) {
 	t.Helper()
-	dl := exec.Command("go", "mod", "download", "-json", provisionerModule)
+	var out syncBuffer
+	cmd := exec.Command(bin, append([]string{"--csi-address", d.endpoint, "--kubeconfig", filepath.Join(p.DataDir, "admin.kubeconfig"), "--v", "3"}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s's output:\n%s", filepath.Base(bin), out.String())
+		}
+	})
+}
+
+// buildSidecar builds an upstream CSI sidecar (the package pkg of module)
+// from its module, in the module's own directory so that its go.mod (and
+// its replace directives) rule the build. The first build on a machine
+// takes minutes (its k8s.io dependencies are of another minor version than
+// podvisor's); later ones come from the build cache.
+func buildSidecar(t *testing.T, module, pkg string) string {
+	t.Helper()
+	dl := exec.Command("go", "mod", "download", "-json", module)
 	dl.Dir = t.TempDir() // outside podvisor's module: its go.mod is not touched
 	dl.Env = append(os.Environ(), "GOFLAGS=")
 	b, err := dl.Output()
 	if err != nil {
-		t.Fatalf("go mod download %s: %v", provisionerModule, err)
+		t.Fatalf("go mod download %s: %v", module, err)
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(b, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download %s: %v %s", provisionerModule, err, b)
+		t.Fatalf("go mod download %s: %v %s", module, err, b)
 	}
-	bin := filepath.Join(t.TempDir(), "csi-provisioner")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/csi-provisioner")
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	build := exec.Command("go", "build", "-o", bin, pkg)
 	build.Dir = mod.Dir
 	build.Env = append(os.Environ(), "GOFLAGS=", "GOWORK=off") // its go.sum is complete: a read-only build
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building csi-provisioner: %v\n%s", err, out)
+		t.Fatalf("building %s of %s: %v\n%s", pkg, module, err, out)
 	}
 	return bin
 }

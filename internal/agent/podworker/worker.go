@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime/debug"
 	"sort"
@@ -116,8 +117,16 @@ func (w *worker) poke() {
 
 func (w *worker) update(pod *v1.Pod) {
 	w.mu.Lock()
+	old := w.pod
 	w.pod = pod
 	w.mu.Unlock()
+	// A changed pod (labels, annotations, spec) has its volumes looked at
+	// now, as the kubelet's pod sync: downward API files, expanded claims.
+	if old != nil && old.Generation == pod.Generation && maps.Equal(old.Labels, pod.Labels) && maps.Equal(old.Annotations, pod.Annotations) {
+		w.poke()
+		return
+	}
+	w.m.vols.Refresh(w.uid)
 	w.poke()
 }
 
@@ -326,8 +335,13 @@ func (w *worker) sync(ctx context.Context) {
 	}
 	if plan.Done {
 		w.stopSandboxes(ctx, pod, "")
-		w.unmountVolumes(ctx, pod)
-		w.markStopped()
+		// A stopped pod is one whose CSI volumes are unpublished too: the
+		// node's shutdown (and eviction) wait for that, as upstream's
+		// shutdown manager waits for the unmounts of a band's pods; a
+		// failed unmount is retried and closes it when it succeeds.
+		if w.unmountVolumes(ctx, pod) {
+			w.markStopped()
+		}
 		// The final delete waits for the pod's termination to be complete
 		// (lifecycle/reclaim.go): a sandbox whose stop failed is stopped
 		// again sandboxRetry later, and the delete follows then.
@@ -373,12 +387,12 @@ func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
 // final delete waits for (lifecycle.Reclaim); a failure (a driver gone or
 // failing) is tried again sandboxRetry later, as the kubelet's reconciler
 // retries, and logged as it does.
-func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
+func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) (unmounted bool) {
 	w.mu.Lock()
 	done := w.volumesUnmounted
 	w.mu.Unlock()
 	if done {
-		return
+		return true
 	}
 	err := w.m.vols.Unmount(ctx, w.podDir())
 	w.mu.Lock()
@@ -388,6 +402,7 @@ func (w *worker) unmountVolumes(ctx context.Context, pod *v1.Pod) {
 		w.m.cfg.Log.Warn("unmounting volumes of a terminated pod", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID, "err", err)
 		w.m.cfg.Clock.AfterFunc(sandboxRetry, w.poke)
 	}
+	return err == nil
 }
 
 // processesLeftPoll is how often a terminated pod's cgroup is read again
@@ -442,6 +457,7 @@ func (w *worker) finish(ctx context.Context) {
 	w.removeSandboxes(ctx, pod)
 	w.m.removePodDir(w.podDir())
 	w.m.removeWorker(w.uid)
+	w.markStopped() // nothing of the worker is left to wait for
 }
 
 // removeInstances forgets the instances in the prober and removes them from

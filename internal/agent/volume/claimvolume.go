@@ -52,7 +52,13 @@ func (vm *Manager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs
 	}
 	switch m.Kind {
 	case claim.KindCSI:
-		return vm.setupCSI(ctx, pod, v, pv, m.ReadOnly, pvs)
+		path, err := vm.setupCSI(ctx, pod, v, pv, m.ReadOnly, pvs)
+		if err == nil {
+			// A claim expanded while no pod used it grows now (upstream
+			// expands at mount too).
+			vm.expandClaim(ctx, pod, v, pvc, pv, pvs.dir)
+		}
+		return path, err
 	case claim.KindNFS:
 		return vm.setupNFS(ctx, pvs.dir, m)
 	case claim.KindHostPath:

@@ -212,8 +212,9 @@ func (vm *Manager) resyncAll(ctx context.Context) {
 	vm.sweep()
 }
 
-// resync rewrites the API-data volumes of a pod whose volumes are set up.
-// It never creates a volume: a pod that finished meanwhile stays removed.
+// resync rewrites the API-data volumes of a pod whose volumes are set up
+// and grows the filesystems of its expanded claims (csiexpand.go). It never
+// creates a volume: a pod that finished meanwhile stays removed.
 func (vm *Manager) resync(ctx context.Context, uid types.UID) {
 	vm.mu.Lock()
 	pv := vm.pods[uid]
@@ -247,6 +248,7 @@ func (vm *Manager) resync(ctx context.Context, uid types.UID) {
 			vm.cfg.Log.Info("volume updated", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name)
 		}
 	}
+	vm.expandPublished(ctx, pod, pv)
 }
 
 const (

@@ -165,3 +165,13 @@ func Final(err error) bool {
 	}
 	return true
 }
+
+// Expand calls NodeExpandVolume and returns the capacity the driver
+// reports (0: not reported).
+func (c *Client) Expand(ctx context.Context, req *csi.NodeExpandVolumeRequest) (int64, error) {
+	resp, err := c.node.NodeExpandVolume(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("NodeExpandVolume %s: %w", req.GetVolumeId(), err)
+	}
+	return resp.GetCapacityBytes(), nil
+}

@@ -40,6 +40,7 @@ type Volume struct {
 	// The secrets the driver wants for each call; the caller reads them.
 	StageSecretRef   *v1.SecretReference
 	PublishSecretRef *v1.SecretReference
+	ExpandSecretRef  *v1.SecretReference
 }
 
 // FromPV reads a CSI PV. podReadOnly is the pod volume's
@@ -74,6 +75,7 @@ func FromPV(pv *v1.PersistentVolume, podReadOnly bool) (Volume, error) {
 		VolumeContext:    src.VolumeAttributes,
 		StageSecretRef:   src.NodeStageSecretRef,
 		PublishSecretRef: src.NodePublishSecretRef,
+		ExpandSecretRef:  src.NodeExpandSecretRef,
 	}, nil
 }
 
@@ -287,6 +289,25 @@ func CapabilitiesFrom(resp *csi.NodeGetCapabilitiesResponse) Capabilities {
 // staged, as upstream sends it.
 func VolumeStatsRequest(root string, v Volume, podDir string, staged bool) *csi.NodeGetVolumeStatsRequest {
 	req := &csi.NodeGetVolumeStatsRequest{VolumeId: v.Handle, VolumePath: PublishPath(podDir, v.SpecName)}
+	if staged {
+		req.StagingTargetPath = StagingPath(root, v.Driver, v.Handle)
+	}
+	return req
+}
+
+// ExpandRequest is the NodeExpandVolume request growing v, published into
+// the pod whose directory is podDir, to newSize bytes: the staging path
+// only where the volume was staged (CSI: set for drivers with
+// STAGE_UNSTAGE_VOLUME), and the volume's capability without the fsGroup,
+// as the kubelet sends it.
+func ExpandRequest(root string, v Volume, podDir string, staged bool, caps Capabilities, newSize int64, secrets map[string]string) *csi.NodeExpandVolumeRequest {
+	req := &csi.NodeExpandVolumeRequest{
+		VolumeId:         v.Handle,
+		VolumePath:       PublishPath(podDir, v.SpecName),
+		CapacityRange:    &csi.CapacityRange{RequiredBytes: newSize},
+		VolumeCapability: capability(v, caps, nil),
+		Secrets:          secrets,
+	}
 	if staged {
 		req.StagingTargetPath = StagingPath(root, v.Driver, v.Handle)
 	}

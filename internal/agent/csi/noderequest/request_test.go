@@ -269,3 +269,34 @@ func TestVolumeStatsRequest(t *testing.T) {
 		t.Fatalf("a volume that was not staged got staging path %q", got.StagingTargetPath)
 	}
 }
+
+func TestExpandRequest(t *testing.T) {
+	v, _ := FromPV(pv(func(p *v1.PersistentVolume) {
+		p.Spec.CSI.NodeExpandSecretRef = &v1.SecretReference{Name: "e", Namespace: "ns"}
+	}), false)
+	if v.ExpandSecretRef == nil || v.ExpandSecretRef.Name != "e" {
+		t.Fatalf("FromPV lost the expand secret: %+v", v.ExpandSecretRef)
+	}
+	podDir := "/data/agent/pods/ns_p_uid"
+	got := ExpandRequest(root, v, podDir, true, Capabilities{SingleNodeMultiWriter: true, VolumeMountGroup: true}, 2<<30, map[string]string{"k": "s"})
+	want := &csi.NodeExpandVolumeRequest{
+		VolumeId: "h1", VolumePath: PublishPath(podDir, v.SpecName), StagingTargetPath: StagingPath(root, "d.example.com", "h1"),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 30},
+		VolumeCapability: &csi.VolumeCapability{
+			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER},
+			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4", MountFlags: []string{"noatime"}}},
+		},
+		Secrets: map[string]string{"k": "s"},
+	}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Fatalf("ExpandRequest of a staged volume (-want +got):\n%s", d)
+	}
+	if got := ExpandRequest(root, v, podDir, false, Capabilities{}, 1, nil); got.StagingTargetPath != "" {
+		t.Fatalf("a volume that was not staged got staging path %q", got.StagingTargetPath)
+	}
+	block := v1.PersistentVolumeBlock
+	bv, _ := FromPV(pv(func(p *v1.PersistentVolume) { p.Spec.VolumeMode = &block }), false)
+	if got := ExpandRequest(root, bv, podDir, false, Capabilities{}, 1, nil); got.GetVolumeCapability().GetBlock() == nil {
+		t.Fatalf("a block volume's expand request asks for %v", got.GetVolumeCapability())
+	}
+}
