@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -82,6 +83,25 @@ func waitFile(t *testing.T, path string) {
 		_, err := os.Stat(path)
 		return err == nil, err
 	})
+}
+
+// armedTrap is a shell script that sets trap action for SIGTERM, then
+// touches dir/name.armed, then runs loop. A container is reported running
+// before its shell has run a line: a SIGTERM sent before the trap is set is
+// lost (PID 1 of a pid namespace, on containerd) or ends the shell at once
+// (the process runtime), so a test that signals a trapping container waits
+// for waitArmed first.
+func armedTrap(dir, name, action, loop string) string {
+	return "trap '" + action + "' TERM; touch '" + filepath.Join(dir, name+".armed") + "'; " + loop
+}
+
+// waitArmed waits until the armedTrap scripts of names in dir have set their
+// traps.
+func waitArmed(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		waitFile(t, filepath.Join(dir, name+".armed"))
+	}
 }
 
 // timestamp is a shell command that prints the seconds since boot with

@@ -220,7 +220,11 @@ func (r *runningRecorder) createAll(names []string) ([]types.UID, map[types.UID]
 	)
 	for _, name := range names {
 		wg.Go(func() {
-			deadline := time.Now().Add(60 * time.Second)
+			// A gracefully deleted pod of the name takes its 30 s grace
+			// (sh as PID 1 ignores SIGTERM) and its sandbox's teardown; on
+			// 2-core CI, among the suite's other tests, that passed 60 s.
+			// The bound is the one waitRunning gives a pod to run.
+			deadline := time.Now().Add(3 * time.Minute)
 			for {
 				at := time.Now()
 				pod := r.p.pod(r.ns, name, v1.RestartPolicyAlways, sh("c", "sleep 3600"))

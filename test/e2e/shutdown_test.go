@@ -108,19 +108,11 @@ func waitNodeReadyAgain(t *testing.T, p *Podvisor, timeout time.Duration) {
 func stubbornPod(p *Podvisor, ns, name, dir string, grace int64, class string) *v1.Pod {
 	mark := filepath.Join(dir, name)
 	pod := p.pod(ns, name, v1.RestartPolicyAlways,
-		sh("c", fmt.Sprintf(`trap '%s > %s' TERM; touch %s.armed; while true; do sleep 0.2; done`, timestamp, mark, mark)))
+		sh("c", armedTrap(dir, name, timestamp+" > "+mark, "while true; do sleep 0.2; done")))
 	pod.Spec.TerminationGracePeriodSeconds = ptr.To(grace)
 	pod.Spec.PriorityClassName = class
 	shareHostDirs(pod, dir)
 	return pod
-}
-
-// waitArmed waits until each stubbornPod has set its SIGTERM trap.
-func waitArmed(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		waitFile(t, filepath.Join(dir, name+".armed"))
-	}
 }
 
 // podWatch polls the pods of a namespace: it fails the test if one is ever

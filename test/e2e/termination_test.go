@@ -267,10 +267,13 @@ func TestGracefulTermination(t *testing.T) {
 
 	t.Run("SIGTERM-ignoring container is killed at the grace period", func(t *testing.T) {
 		t.Parallel()
-		pod := p.pod(ns, "stubborn", v1.RestartPolicyAlways, sh("c", "trap '' TERM; while true; do sleep 0.2; done"))
+		dir := t.TempDir()
+		pod := p.pod(ns, "stubborn", v1.RestartPolicyAlways, sh("c", armedTrap(dir, "c", "", "while true; do sleep 0.2; done")))
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](30)
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "stubborn", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		waitArmed(t, dir, "c")
 		final, stop := p.watchFinal(t, ns, "stubborn", time.Minute)
 		defer stop()
 		deleted := time.Now()
@@ -290,10 +293,13 @@ func TestGracefulTermination(t *testing.T) {
 	t.Run("a hanging preStop is cut at grace + 2 s", func(t *testing.T) {
 		t.Parallel()
 		// The container ignores SIGTERM, so only SIGKILL at grace + 2 s ends it.
-		pod := p.pod(ns, "hangs", v1.RestartPolicyAlways, sh("c", "trap '' TERM; while true; do sleep 0.2; done"))
+		dir := t.TempDir()
+		pod := p.pod(ns, "hangs", v1.RestartPolicyAlways, sh("c", armedTrap(dir, "c", "", "while true; do sleep 0.2; done")))
 		pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: execHook("sleep 3600")}
+		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "hangs", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
+		waitArmed(t, dir, "c")
 		final, stop := p.watchFinal(t, ns, "hangs", time.Minute)
 		defer stop()
 		deleted := time.Now()
@@ -352,7 +358,7 @@ func TestGracefulTermination(t *testing.T) {
 		dir := t.TempDir()
 		file := filepath.Join(dir, "order")
 		trapper := func(name string) v1.Container {
-			return sh(name, "trap 'sleep 0.3; echo "+name+" >> \""+file+"\"; exit 0' TERM; while true; do sleep 0.1; done")
+			return sh(name, armedTrap(dir, name, "sleep 0.3; echo "+name+" >> \""+file+"\"; exit 0", "while true; do sleep 0.1; done"))
 		}
 		pod := p.pod(ns, "sidecars", v1.RestartPolicyAlways, trapper("main"))
 		for _, n := range []string{"side1", "side2", "side3"} {
@@ -364,6 +370,7 @@ func TestGracefulTermination(t *testing.T) {
 		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "sidecars", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning && isReady(pod) })
+		waitArmed(t, dir, "main", "side1", "side2", "side3")
 		p.deletePod(t, ns, "sidecars", 20)
 		p.waitGone(t, ns, "sidecars", time.Minute)
 		if b := readFile(t, file); b != "main\nside3\nside2\nside1\n" {
@@ -377,12 +384,12 @@ func TestGracefulTermination(t *testing.T) {
 		// come before the shell runs, and on the process runtime (not PID 1)
 		// an early SIGTERM ends it, and the pod, at once.
 		dir := t.TempDir()
-		pod := p.pod(ns, "shortened", v1.RestartPolicyAlways, sh("c", "trap '' TERM; touch '"+dir+"/armed'; while true; do sleep 0.2; done"))
+		pod := p.pod(ns, "shortened", v1.RestartPolicyAlways, sh("c", armedTrap(dir, "c", "", "while true; do sleep 0.2; done")))
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](120)
 		shareHostDirs(pod, dir)
 		p.create(t, pod)
 		p.waitPod(t, ns, "shortened", time.Minute, "Running", func(pod *v1.Pod) bool { return pod.Status.Phase == v1.PodRunning })
-		waitFile(t, dir+"/armed")
+		waitArmed(t, dir, "c")
 		p.deletePod(t, ns, "shortened", 100)
 		p.waitPod(t, ns, "shortened", 10*time.Second, "Terminating", func(pod *v1.Pod) bool { return pod.DeletionTimestamp != nil })
 		time.Sleep(time.Second) // let the agent start the 100 s stop
