@@ -8,11 +8,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/runtime/containerd"
@@ -35,9 +32,7 @@ func main() {
 	// has checked them against every subcommand before it ran this binary.
 	o, err := agentup.ParseArgs(args, func(string) bool { return true })
 	if err == nil {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-		err = agentup.RunAgent(ctx, o, os.Stdout, os.Stderr)
-		stop()
+		err = agentup.RunAgentUntilSignal(o)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "podvisor: %v\n", err) // as podvisor agent says it

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/podvisor/podvisor/internal/cli/agentup"
@@ -27,7 +25,5 @@ func runAgent(args []string) error {
 			return fmt.Errorf("exec %s: %w", lean, err)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	return agentup.RunAgent(ctx, o, os.Stdout, os.Stderr)
+	return agentup.RunAgentUntilSignal(o)
 }

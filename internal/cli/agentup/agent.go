@@ -12,8 +12,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
-	"time"
+	"syscall"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -42,15 +43,12 @@ type AgentOptions struct {
 	NodeName      string
 	NodeIP        string // the node's address; default: the default route's interface's
 	AgentPort     int
-	ConfigFile    string
 	Verbose       bool
+	// NodeConfigOptions: --config and the test periods.
+	NodeConfigOptions
 	// ClusterDNS is the node's DNS (--disable-cluster-dns, --cluster-dns-port).
 	ClusterDNS ClusterDNSOptions
-	// EvictionMonitoringPeriod is for tests: between eviction rounds (0: 10 s).
-	EvictionMonitoringPeriod time.Duration
-	// GCPeriod is for tests: between image and container GC rounds (0: 5m and 1m).
-	GCPeriod time.Duration
-	Runtime  agent.RuntimeConfig
+	Runtime    agent.RuntimeConfig
 	// ClusterCIDR is the cluster's pod network (--cluster-cidr, as the
 	// server's); empty: 10.42.0.0/16.
 	ClusterCIDR string
@@ -58,6 +56,14 @@ type AgentOptions struct {
 	DisableServiceProxy bool
 	// LocalStorage: this node's local-path provisioner.
 	LocalStorage LocalStorageOptions
+}
+
+// RunAgentUntilSignal runs the agent on the process's stdout and stderr
+// until SIGINT or SIGTERM: `podvisor agent` and podvisor-agent alike.
+func RunAgentUntilSignal(o AgentOptions) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return RunAgent(ctx, o, os.Stdout, os.Stderr)
 }
 
 // RunAgent joins, starts the agent and blocks until ctx ends. The ready line
@@ -76,14 +82,10 @@ func RunAgent(ctx context.Context, o AgentOptions, stdout, stderr io.Writer) err
 	if o.NodeName == "" || o.DataDir == "" {
 		return errors.New("agent: --node-name and --data-dir are required")
 	}
-	kc, ignored, err := config.Load(o.ConfigFile)
+	kc, ignored, err := LoadNodeConfig(o.NodeConfigOptions)
 	if err != nil {
 		return err
 	}
-	if o.EvictionMonitoringPeriod > 0 {
-		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
-	}
-	kc.GCPeriod = o.GCPeriod
 	if kc, err = WithClusterDNS(kc, o.ClusterDNS); err != nil {
 		return err
 	}

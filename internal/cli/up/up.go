@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/podvisor/podvisor/internal/agent"
-	"github.com/podvisor/podvisor/internal/agent/config"
 	"github.com/podvisor/podvisor/internal/agent/node"
 	"github.com/podvisor/podvisor/internal/cli/agentup"
 	"github.com/podvisor/podvisor/internal/cli/datadir"
@@ -33,14 +32,13 @@ type Options struct {
 	APIPort                  int
 	AgentPort                int
 	NodeName                 string
-	ConfigFile               string
 	TerminatedPodGCThreshold int
 	EtcdClientPort           int           // 0: as recorded, else 2379 or a free port
 	EtcdPeerPort             int           // 0: as recorded, else 2380 or a free port
 	NodeMonitorGracePeriod   time.Duration // for tests: how soon a silent node is NotReady
-	EvictionMonitoringPeriod time.Duration // for tests: between eviction rounds (0: 10 s)
-	GCPeriod                 time.Duration // for tests: between image and container GC rounds (0: 5m and 1m)
 	Verbose                  bool          // component logs to stderr as well as the log file
+	// NodeConfigOptions: --config and the test periods.
+	agentup.NodeConfigOptions
 	// ClusterDNS is the node's DNS (--disable-cluster-dns, --cluster-dns-port).
 	ClusterDNS agentup.ClusterDNSOptions
 	// Runtime is the container runtime (--runtime,
@@ -65,14 +63,10 @@ type Options struct {
 // The ready line goes to stdout; a warning about ignored config goes to stderr.
 func Run(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	notify := service.TakeNotifySocket() // before the API server can take it
-	kc, ignored, err := config.Load(o.ConfigFile)
+	kc, ignored, err := agentup.LoadNodeConfig(o.NodeConfigOptions)
 	if err != nil {
 		return err
 	}
-	if o.EvictionMonitoringPeriod > 0 {
-		kc.EvictionMonitoringPeriod = o.EvictionMonitoringPeriod
-	}
-	kc.GCPeriod = o.GCPeriod
 	podNetwork, err := agentup.ClusterCIDR(o.ClusterCIDR)
 	if err != nil {
 		return err
