@@ -144,7 +144,7 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 	if !ok {
 		var err error
 		cur, err = pods.Get(ctx, e.name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+		if gone(err) || (err == nil && cur.UID != uid) {
 			return nil // gone: nothing to write
 		}
 		if err != nil {
@@ -173,7 +173,7 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 			}
 			if apierrors.IsConflict(err) && attempt < 5 {
 				cur, err = pods.Get(ctx, e.name, metav1.GetOptions{})
-				if apierrors.IsNotFound(err) || (err == nil && cur.UID != uid) {
+				if gone(err) || (err == nil && cur.UID != uid) {
 					return nil
 				}
 				if err != nil {
@@ -195,7 +195,7 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 			GracePeriodSeconds: ptr.To[int64](0),
 			Preconditions:      &metav1.Preconditions{UID: ptr.To(uid)},
 		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err != nil && !gone(err) && !apierrors.IsConflict(err) {
 			return fmt.Errorf("deleting finished pod: %w", err)
 		}
 		if m.OnDeleted != nil {
@@ -203,6 +203,14 @@ func (m *Manager) write(ctx context.Context, uid types.UID, e *entry) error {
 		}
 	}
 	return nil
+}
+
+// gone reports an error that says the API holds no pod of that name for
+// this node: NotFound, or Forbidden, which is what the node authorizer
+// answers a node about any pod not bound to it, a deleted one included.
+// Retrying either could only repeat it (and warn every time).
+func gone(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 }
 
 // Merge puts the agent's status over the API's, keeping every condition the

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -210,5 +211,41 @@ func TestARefusedStatusIsNotRetriedAndTheFinishedPodDeleted(t *testing.T) {
 	}
 	if n := updates.Load(); n != 1 {
 		t.Errorf("%d status updates, want 1 (no retries of a refused status)", n)
+	}
+}
+
+// A pod deleted before its status was written is no longer bound to the
+// node, and the node authorizer answers Forbidden, not NotFound, for it:
+// nothing is left to write, and the status is dropped rather than retried
+// (with a warning) every 10 s for as long as the agent runs.
+func TestAStatusOfAPodTheNodeMayNoLongerReadIsDropped(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "u1"}}
+	client := fake.NewClientset()
+	var gets atomic.Int32
+	client.PrependReactor("get", "pods", func(k8stesting.Action) (bool, k8sruntime.Object, error) {
+		gets.Add(1)
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "p",
+			errors.New("no relationship found between node 'n' and this object"))
+	})
+	m := New(client, func(types.UID) (*v1.Pod, bool) { return nil, false }, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.Run(ctx, 1)
+	m.Set(pod, v1.PodStatus{Phase: v1.PodSucceeded}, true)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m.mu.Lock()
+		n := len(m.pending)
+		m.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the status is still pending after %d reads refused with Forbidden", gets.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := gets.Load(); n != 1 {
+		t.Errorf("%d reads of the pod, want 1", n)
 	}
 }
