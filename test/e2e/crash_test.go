@@ -35,6 +35,7 @@ import (
 // own timing still varies from run to run.
 func TestCrashRestarts(t *testing.T) {
 	t.Parallel()
+	heavy(t)
 	kills := envInt(t, "PODVISOR_CRASH_KILLS", 3)
 	pods := envInt(t, "PODVISOR_CRASH_PODS", 14)
 	seed := uint64(envInt(t, "PODVISOR_CRASH_SEED", int(time.Now().UnixNano()%1e9)))

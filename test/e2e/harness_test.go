@@ -29,6 +29,25 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
+// heavyTests admits one heavy test at a time (see heavy).
+var heavyTests = make(chan struct{}, 1)
+
+// heavy makes a test that loads the whole machine by itself (100 pods
+// started at once, a podvisor killed under churn) wait until no other heavy
+// test runs, and hold its turn until it ends. Two at once, beside the other
+// tests, pushed a 2-core machine to a load of 35, where their own waits and
+// the light tests' timing (a readiness period, a preStop) failed; light
+// tests still run beside one heavy test.
+func heavy(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	heavyTests <- struct{}{}
+	t.Cleanup(func() { <-heavyTests })
+	if d := time.Since(start); d > time.Second {
+		t.Logf("waited %v for another heavy test to end", d.Round(time.Second))
+	}
+}
+
 // binary is the podvisor built once for the whole package.
 var binary string
 
@@ -52,10 +71,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "podvisor")
-	// The binaries the README builds: podvisor agent runs podvisor-agent (no
-	// control plane), podvisor runs podvisor-shim (process
-	// runtime) and containerd runs containerd-shim-runc-v2 beside it.
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-agent", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
+	// The binaries the README builds (./cmd/...): podvisor agent runs
+	// podvisor-agent (no control plane), podvisor runs podvisor-containerd
+	// and podvisor-shim (process runtime), and containerd runs
+	// containerd-shim-runc-v2, all from beside podvisor.
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 	build.Dir = moduleRoot()
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
