@@ -210,7 +210,7 @@ func (n *node) stack() stack {
 		}
 		var set *shimSet
 		switch {
-		case bytes.Contains(cmd, []byte("\x00containerd\x00")) && bytes.Contains(cmd, []byte(paths.Config)):
+		case bytes.Contains(cmd, []byte(containerd.DaemonBinary+"\x00")) && bytes.Contains(cmd, []byte(paths.Config)):
 			set = &s.containerd
 		case bytes.Contains(cmd, []byte("containerd-shim-runc-v2")) && bytes.Contains(cmd, []byte(paths.State)):
 			set = &s.shims

@@ -65,7 +65,7 @@ func podvisorBinary(b *testing.B) string {
 			}
 			binaryPath = filepath.Join(dir, "podvisor")
 			// The containerd runtime runs the shim found beside the binary.
-			build := exec.Command("go", "build", "-o", dir+"/", "./cmd/podvisor", "./cmd/podvisor-agent", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2")
+			build := exec.Command("go", "build", "-o", dir+"/", "./cmd/...")
 			build.Dir = moduleRoot()
 			build.Stdout, build.Stderr = os.Stderr, os.Stderr
 			if err := build.Run(); err != nil {

@@ -7,7 +7,8 @@ import (
 )
 
 // TestLinksNoControlPlane: the point of this binary is an agent's memory
-// without the control plane's package initialisation and pages. One import
+// without the control plane's (or containerd's server's) package
+// initialisation and pages. One import
 // of internal/controlplane (or of the upstream components it embeds) from
 // anything the agent reaches would bring them all back, silently.
 func TestLinksNoControlPlane(t *testing.T) {
@@ -27,6 +28,11 @@ func TestLinksNoControlPlane(t *testing.T) {
 		"k8s.io/kubectl/pkg/cmd",
 		"go.etcd.io/etcd/server/v3/embed",
 		"sigs.k8s.io/metrics-server/pkg/server",
+		// containerd's server runs as podvisor-containerd, a child process:
+		// the agent is only its client.
+		"github.com/podvisor/podvisor/internal/runtime/containerd/daemon",
+		"github.com/containerd/containerd/v2/cmd/containerd/command",
+		"github.com/containerd/containerd/v2/plugins/cri",
 	}
 	for _, f := range forbidden {
 		if contains(deps, f) {

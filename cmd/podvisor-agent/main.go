@@ -2,9 +2,9 @@
 // node agent with the node's services (cluster DNS, local-path provisioner,
 // kube-proxy), for a node that joins a cluster. `podvisor agent` runs it
 // when it is installed beside podvisor; its flags are the same. It also
-// serves the hidden subcommands the agent starts itself as (its containerd,
-// the process runtime's shim), so that they too do without the control
-// plane's pages.
+// serves the hidden subcommand the agent starts itself as (the process
+// runtime's shim), so that it too does without the control plane's pages.
+// Its containerd is podvisor-containerd, installed beside it.
 package main
 
 import (
@@ -12,7 +12,6 @@ import (
 	"os"
 
 	"github.com/podvisor/podvisor/internal/cli/agentup"
-	"github.com/podvisor/podvisor/internal/runtime/containerd"
 	"github.com/podvisor/podvisor/internal/runtime/process"
 )
 
@@ -20,8 +19,6 @@ func main() {
 	args := os.Args[1:]
 	if len(args) > 0 {
 		switch args[0] {
-		case "containerd": // as `podvisor containerd` (containerd.Start)
-			os.Exit(containerd.Main(args[1:]))
 		case process.ShimCommand:
 			os.Exit(process.RunShim(args[1:]))
 		case "agent": // as `podvisor agent`

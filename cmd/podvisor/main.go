@@ -80,8 +80,6 @@ func main() {
 		err = runCertificate(args)
 	case shimCommand:
 		shim(args) // exits
-	case containerdCommand:
-		runContainerd(args) // exits
 	case "version", "--version":
 		versionCmd()
 	case "-h", "--help", "help":

@@ -182,8 +182,9 @@ func run(o options) (int, error) {
 		return 0, fmt.Errorf("%w (see %s)", err, buildLog.Name())
 	}
 	step("building podvisor")
-	// podvisor runs containerd-shim-runc-v2 and podvisor-shim from beside itself.
-	if err := goCmd(repo, buildLog, "build", "-o", bin+"/", "./cmd/podvisor", "./cmd/podvisor-agent", "./cmd/podvisor-shim", "./cmd/containerd-shim-runc-v2"); err != nil {
+	// podvisor runs podvisor-containerd, containerd-shim-runc-v2 and
+	// podvisor-shim from beside itself.
+	if err := goCmd(repo, buildLog, "build", "-o", bin+"/", "./cmd/..."); err != nil {
 		return 0, fmt.Errorf("building podvisor: %w (see %s)", err, buildLog.Name())
 	}
 	step("building the e2e test binary (" + o.suite.pkg + ")")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -237,4 +238,26 @@ func removeContainerdState(dataDir string) {
 	unmountUnder(paths.State) // the data dir's: killLeftovers
 	_ = os.RemoveAll(paths.State)
 	containerd.RemovePodNetwork(paths, "")
+}
+
+// requireContainerdBinary: a containerd podvisor runs is the
+// podvisor-containerd binary beside it (containerd's server is linked into
+// nothing else), and there is exactly one for the data dir.
+func requireContainerdBinary(t *testing.T, dataDir string) {
+	t.Helper()
+	paths, err := containerd.PathsFor(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exes []string
+	for _, pid := range processesWhose("cmdline", func(b []byte) bool {
+		return strings.Contains(string(b), "\x00--config\x00"+paths.Config+"\x00")
+	}) {
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+			exes = append(exes, exe)
+		}
+	}
+	if len(exes) != 1 || filepath.Base(exes[0]) != containerd.DaemonBinary {
+		t.Fatalf("containerd of %s runs as %v, want one %s", dataDir, exes, containerd.DaemonBinary)
+	}
 }

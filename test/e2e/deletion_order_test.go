@@ -27,6 +27,7 @@ func TestContainerdPodIsDeletedAfterItsSandboxStopped(t *testing.T) {
 	t.Parallel()
 	p := NewContainerdPodvisor(t)
 	p.Start()
+	requireContainerdBinary(t, p.DataDir)
 	ns := p.Namespace("delorder")
 	ctx := context.Background()
 	pods := p.Admin.CoreV1().Pods(ns)

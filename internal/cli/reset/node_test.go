@@ -13,9 +13,9 @@ func TestIsNodeCommand(t *testing.T) {
 		{[]string{"podvisor", "agent"}, true},
 		{[]string{"/opt/bin/podvisor-agent", "--data-dir", "d"}, true},
 		{[]string{"/opt/bin/podvisor-agent"}, true},
-		{[]string{"/opt/bin/podvisor-agent", "containerd", "--config", "c"}, false},
+		{[]string{"/opt/bin/podvisor-containerd", "--config", "c"}, false},
 		{[]string{"/opt/bin/podvisor-agent", "__shim", "dir"}, false},
-		{[]string{"podvisor", "containerd"}, false},
+		{[]string{"podvisor", "crictl"}, false},
 		{[]string{"podvisor", "server"}, false},
 		{nil, false},
 	} {

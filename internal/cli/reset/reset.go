@@ -173,7 +173,7 @@ func isPodvisorNode(pid string) bool {
 
 func isNodeCommand(args []string) bool {
 	if len(args) >= 1 && filepath.Base(args[0]) == "podvisor-agent" {
-		return len(args) < 2 || (args[1] != "containerd" && args[1] != "__shim")
+		return len(args) < 2 || args[1] != "__shim"
 	}
 	return len(args) >= 2 && filepath.Base(args[0]) == "podvisor" && (args[1] == "up" || args[1] == "agent")
 }

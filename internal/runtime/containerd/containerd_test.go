@@ -313,16 +313,18 @@ func TestStartNamesTheMissingPiece(t *testing.T) {
 	needRoot(t)
 	for _, tc := range []struct {
 		name string
-		set  func(*Options)
+		set  func(*testing.T, *Options)
 		want string
 	}{
-		{"runc", func(o *Options) { o.Runc = "/nonexistent/runc" }, "apt-get install runc"},
-		{"shim", func(o *Options) { o.Shim = "/nonexistent/" + ShimBinary }, ShimBinary},
-		{"cni", func(o *Options) { o.CNIBinDirs = []string{t.TempDir()} }, "containernetworking-plugins"},
+		{"runc", func(t *testing.T, o *Options) { o.Runc = "/nonexistent/runc" }, "apt-get install runc"},
+		{"shim", func(t *testing.T, o *Options) { o.Shim = "/nonexistent/" + ShimBinary }, ShimBinary},
+		{"containerd", func(t *testing.T, o *Options) { o.Daemon = nil; t.Setenv("PATH", t.TempDir()) }, "go build -o bin/ ./cmd/" + DaemonBinary},
+		{"containerd given", func(t *testing.T, o *Options) { o.Daemon = []string{"/nonexistent/" + DaemonBinary} }, "/nonexistent/" + DaemonBinary},
+		{"cni", func(t *testing.T, o *Options) { o.CNIBinDirs = []string{t.TempDir()} }, "containernetworking-plugins"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := testOptions(t, t.TempDir())
-			tc.set(&o)
+			tc.set(t, &o)
 			p, err := Start(context.Background(), o)
 			if err == nil {
 				p.Stop(context.Background())
@@ -415,7 +417,7 @@ func waitContainer(t *testing.T, rs criapi.RuntimeService, id string, state runt
 func TestContainersOutliveAKilledPodvisor(t *testing.T) {
 	needRoot(t)
 	o := testOptions(t, t.TempDir())
-	podvisor := exec.Command(o.Executable, "podvisor", o.DataDir, o.Shim)
+	podvisor := exec.Command(o.Daemon[0], "podvisor", o.DataDir, o.Shim)
 	out, err := podvisor.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

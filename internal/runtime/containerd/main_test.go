@@ -13,19 +13,20 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/internal/host/proctree"
+	"github.com/podvisor/podvisor/internal/runtime/containerd/daemon"
 )
 
 // The test binary is also the containerd: Start runs it as
-// `TESTBINARY containerd --config FILE`, as it runs `podvisor containerd`.
+// `TESTBINARY containerd --config FILE`, as it runs podvisor-containerd.
 //
 // As `TESTBINARY podvisor DATA_DIR SHIM PAUSE` it plays podvisor: it starts
 // a containerd, prints "ready PID" and waits to be killed.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "containerd" {
-		os.Exit(Main(os.Args[2:]))
+		os.Exit(daemon.Main(os.Args[2:]))
 	}
 	if len(os.Args) == 4 && os.Args[1] == "podvisor" {
-		o := Options{DataDir: os.Args[2], Shim: os.Args[3], PodCIDR: testPodCIDR}
+		o := Options{DataDir: os.Args[2], Daemon: selfAsDaemon(), Shim: os.Args[3], PodCIDR: testPodCIDR}
 		p, err := Start(context.Background(), o)
 		if err != nil {
 			fmt.Println(err)
@@ -35,6 +36,15 @@ func TestMain(m *testing.M) {
 		select {}
 	}
 	os.Exit(m.Run())
+}
+
+// selfAsDaemon is the command that runs this test binary as containerd.
+func selfAsDaemon() []string {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	return []string{exe, "containerd"}
 }
 
 var testPodCIDR = netip.MustParsePrefix("10.213.77.0/24")
@@ -79,17 +89,12 @@ func shimBinary(t *testing.T) string {
 
 // testOptions are the options of a test's containerd in dataDir.
 func testOptions(t *testing.T, dataDir string) Options {
-	shim := shimBinary(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	return Options{
-		DataDir:    dataDir,
-		Executable: exe,
-		Shim:       shim,
-		PodCIDR:    testPodCIDR,
-		Timeout:    2 * time.Minute, // a loaded 2-core machine
+		DataDir: dataDir,
+		Daemon:  selfAsDaemon(),
+		Shim:    shimBinary(t),
+		PodCIDR: testPodCIDR,
+		Timeout: 2 * time.Minute, // a loaded 2-core machine
 	}
 }
 

@@ -1,10 +1,11 @@
 // Package containerd runs containerd 2.x as a child process of podvisor,
 // k3s-style, and imports images into it. It is the only podvisor package that
-// imports containerd's Go module (its subpackage shim builds the runc shim).
+// imports containerd's Go module (its subpackage daemon is containerd itself,
+// its subpackage shim the runc shim).
 //
-// The containerd is podvisor's own binary run as `podvisor containerd
-// --config DATA_DIR/containerd/config.toml` (Main), with the CRI plugin, the
-// runc shim v2 (the separate binary containerd-shim-runc-v2, built from
+// The containerd is podvisor's own build, the binary podvisor-containerd
+// (./cmd/podvisor-containerd), run as `podvisor-containerd --config
+// DATA_DIR/containerd/config.toml`, with the CRI plugin, the runc shim v2 (the separate binary containerd-shim-runc-v2, built from
 // ./cmd/containerd-shim-runc-v2), runc and the CNI plugins from the
 // distribution. It dies with podvisor; its containers do not: their shims
 // are not its children once started, and a restarted containerd re-adopts
@@ -44,15 +45,21 @@ const SandboxImage = pause.ImageName
 // ShimBinary is looked for next to podvisor's own executable, then in PATH.
 const ShimBinary = "containerd-shim-runc-v2"
 
+// DaemonBinary is containerd (./cmd/podvisor-containerd), looked for next to
+// podvisor's own executable, then in PATH.
+const DaemonBinary = "podvisor-containerd"
+
 // Options configure Start. Only DataDir is required.
 type Options struct {
 	// DataDir is podvisor's data directory (see Paths for the layout).
 	DataDir string
-	// Executable is run as `Executable containerd ARGS` (Main). Default: this
-	// process's executable.
-	Executable string
-	// Shim is the containerd-shim-runc-v2 binary. Default: next to
-	// Executable, then in PATH.
+	// Daemon is the command that runs containerd, given `--config FILE`
+	// after it. Default: the DaemonBinary next to this process's executable,
+	// then in PATH. (Tests run their own binary with an argument that makes
+	// it containerd.)
+	Daemon []string
+	// Shim is the containerd-shim-runc-v2 binary. Default: next to this
+	// process's executable, then in PATH.
 	Shim string
 	// Runc is the OCI runtime. Default: /usr/sbin/runc, /usr/bin/runc, then
 	// PATH (Debian's runc package).
@@ -144,7 +151,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 		return nil, fmt.Errorf("containerd: config: %w", err)
 	}
 
-	p, err := spawn(o.Executable, o.Shim, paths, o.Snapshotter)
+	p, err := spawn(o.Daemon, o.Shim, paths, o.Snapshotter)
 	if err != nil {
 		return nil, err
 	}
@@ -202,10 +209,18 @@ func (o Options) complete() (Options, Paths, error) {
 	if os.Geteuid() != 0 {
 		return o, paths, errors.New("containerd needs root: run podvisor as root")
 	}
-	if o.Executable == "" {
-		if o.Executable, err = os.Executable(); err != nil {
-			return o, paths, err
+	exe, err := os.Executable()
+	if err != nil {
+		return o, paths, err
+	}
+	if len(o.Daemon) == 0 {
+		daemon, err := findBeside(exe, DaemonBinary)
+		if err != nil {
+			return o, paths, fmt.Errorf("%w (build it: go build -o bin/ ./cmd/podvisor-containerd)", err)
 		}
+		o.Daemon = []string{daemon}
+	} else if !isExecutable(o.Daemon[0]) {
+		return o, paths, fmt.Errorf("containerd %s is not an executable file", o.Daemon[0])
 	}
 	if o.Runc == "" {
 		if o.Runc, err = findRunc(); err != nil {
@@ -213,7 +228,7 @@ func (o Options) complete() (Options, Paths, error) {
 		}
 	}
 	if o.Shim == "" {
-		if o.Shim, err = findBeside(o.Executable, ShimBinary); err != nil {
+		if o.Shim, err = findBeside(exe, ShimBinary); err != nil {
 			return o, paths, fmt.Errorf("%w (build it: go build -o bin/ ./cmd/containerd-shim-runc-v2)", err)
 		}
 	} else if !isExecutable(o.Shim) {
@@ -280,14 +295,14 @@ func Serving(socket string) bool {
 	return true
 }
 
-func spawn(exe, shim string, paths Paths, snapshotter string) (*Process, error) {
+func spawn(daemon []string, shim string, paths Paths, snapshotter string) (*Process, error) {
 	logf, err := os.OpenFile(paths.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("containerd: %w", err)
 	}
 	defer logf.Close() // the child has its own descriptor
 	fmt.Fprintf(logf, "\n--- podvisor starts containerd at %s\n", time.Now().Format(time.RFC3339))
-	cmd := exec.Command(exe, "containerd", "--config", paths.Config)
+	cmd := exec.Command(daemon[0], append(daemon[1:len(daemon):len(daemon)], "--config", paths.Config)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = withoutEnv(os.Environ(), "NOTIFY_SOCKET", "PATH") // its readiness is not podvisor's
 	// The shim's directory first in PATH: containerd starts new shims from

@@ -15,21 +15,22 @@ import (
 	"time"
 
 	"github.com/podvisor/podvisor/internal/runtime/containerd"
+	containerddaemon "github.com/podvisor/podvisor/internal/runtime/containerd/daemon"
 	"github.com/podvisor/podvisor/internal/runtime/imagebuild"
 	"github.com/podvisor/podvisor/test/images"
 )
 
 // The integration tests run against a private containerd: by default the
 // one podvisor embeds (internal/runtime/containerd, containerd 2.x), run from this
-// test binary as `TESTBINARY containerd --config FILE`, exactly as podvisor
-// runs `podvisor containerd`. PODVISOR_TEST_CONTAINERD or
+// test binary as `TESTBINARY containerd --config FILE`, as podvisor runs
+// podvisor-containerd. PODVISOR_TEST_CONTAINERD or
 // PODVISOR_TEST_CONTAINERD_DIR choose a containerd binary instead
 // (externalcontainerd_test.go), e.g. Debian's 1.6. One is started for the
 // package run (lazily, by the first test that needs it) and removed, with
 // every pod it still runs, by TestMain.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "containerd" {
-		os.Exit(containerd.Main(os.Args[2:]))
+		os.Exit(containerddaemon.Main(os.Args[2:]))
 	}
 	code := m.Run()
 	if shared != nil {
@@ -144,11 +145,11 @@ func startEmbedded(c *testContainerd) (daemon, error) {
 		return nil, err
 	}
 	e := &embedded{o: containerd.Options{
-		DataDir:    filepath.Join(c.dir, "data"),
-		Executable: exe,
-		PodCIDR:    c.podCIDR,
-		Bridge:     testBridge,
-		Timeout:    2 * time.Minute, // a loaded 2-core machine
+		DataDir: filepath.Join(c.dir, "data"),
+		Daemon:  []string{exe, "containerd"},
+		PodCIDR: c.podCIDR,
+		Bridge:  testBridge,
+		Timeout: 2 * time.Minute, // a loaded 2-core machine
 	}}
 	if e.o.Shim, err = buildShim(c.dir); err != nil {
 		return nil, err

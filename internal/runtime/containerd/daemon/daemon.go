@@ -1,4 +1,10 @@
-package containerd
+// Package daemon is containerd itself, with the plugins of plugins.go: the
+// podvisor-containerd binary (cmd/podvisor-containerd), which
+// internal/runtime/containerd's Start runs as a child process. It is a
+// package of its own so that only that binary links containerd's server
+// (some 180 packages whose initialisation every process linking them pays
+// for): podvisor and podvisor-agent are its clients.
+package daemon
 
 import (
 	"fmt"
@@ -9,9 +15,8 @@ import (
 	"github.com/containerd/containerd/v2/version"
 )
 
-// Main runs containerd itself, in the foreground, with the plugins of
-// plugins.go: podvisor's hidden `podvisor containerd ARGS` subcommand, which
-// Start runs as a child process. It returns the exit code.
+// Main runs containerd in the foreground with the command line args
+// (`--config FILE`) and returns its exit code.
 func Main(args []string) int {
 	setVersion()
 	app := command.App()

@@ -1,4 +1,4 @@
-package containerd
+package daemon
 
 // The containerd plugins podvisor's containerd is built with: what the CRI
 // needs to run OCI images with runc, and nothing else. Compared with
