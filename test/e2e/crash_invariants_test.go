@@ -159,7 +159,7 @@ func (c *crashChecker) gone(pod *v1.Pod) {
 	c.deleted[pod.UID] = true
 	if !c.forced[pod.UID] {
 		if pids := c.processes(pod.UID); len(pids) > 0 {
-			c.violate("pod %s left the API while processes %v of it ran", pod.Name, pids)
+			c.violate("pod %s left the API while processes %v of it ran: %s", pod.Name, pids, describeProcesses(pids))
 		}
 	}
 	if !c.requested[pod.UID] && !c.allAsked {
@@ -217,4 +217,29 @@ func lockedScript(lockDir, container, script string) string {
 	lock := fmt.Sprintf("%s/${%s}-%s.lock", lockDir, crashEnvVar, container)
 	dup := fmt.Sprintf("%s/dup-${%s}-%s", lockDir, crashEnvVar, container)
 	return fmt.Sprintf(`exec 9>>"%s"; if ! flock -n 9; then echo "second instance of %s" >> "%s"; exit 99; fi; %s`, lock, container, dup, script)
+}
+
+// describeProcesses says what each process is (state, command line, pod
+// cgroup), for a violation's post-mortem: the pause of a sandbox, a
+// container's own process or an exec are told apart by these.
+func describeProcesses(pids []int) string {
+	var out []string
+	for _, pid := range pids {
+		dir := fmt.Sprintf("/proc/%d/", pid)
+		cmd, _ := os.ReadFile(dir + "cmdline")
+		stat, _ := os.ReadFile(dir + "stat")
+		state := "?"
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 {
+			state = string(stat[i+2])
+		}
+		cg, _ := os.ReadFile(dir + "cgroup")
+		var pidsCgroup string
+		for _, line := range strings.Split(string(cg), "\n") {
+			if strings.Contains(line, "pids") || strings.HasPrefix(line, "0::") {
+				pidsCgroup = line
+			}
+		}
+		out = append(out, fmt.Sprintf("%d state %s cmd %q cgroup %q", pid, state, strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " "), pidsCgroup))
+	}
+	return strings.Join(out, "; ")
 }

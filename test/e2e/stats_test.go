@@ -17,7 +17,9 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/ptr"
 )
 
 // hostCgroup is the directory of hierarchy ctrl ("memory", "cpuacct"; ""
@@ -94,6 +96,11 @@ func TestStatsSummaryAndResourceMetrics(t *testing.T) {
 	burner := p.pod(ns, "burner", v1.RestartPolicyNever, c)
 	burner.Spec.Volumes = []v1.Volume{{Name: "hold", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}
 	p.create(t, burner)
+	// The shared podvisor outlives the test: without this the busy loop
+	// burned its 0.2 core for the rest of the suite.
+	t.Cleanup(func() {
+		_ = p.Admin.CoreV1().Pods(ns).Delete(context.Background(), "burner", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
 	p.waitRunning(t, ns, "burner")
 
 	var pid int
