@@ -70,6 +70,29 @@ func (r Reclaim) stopped() bool {
 	return true
 }
 
+// Stopped: every container and sandbox of the pod is stopped and none is
+// being made (processes may still be left in its cgroup, volumes mounted).
+func (r Reclaim) Stopped() bool { return r.stopped() }
+
+// HoldTerminalPhase is the status the agent may write now: next, except that
+// a pod the API does not show terminal yet is not moved to Succeeded or
+// Failed until its containers and sandboxes are stopped (r.Stopped): it
+// keeps the API's phase, reason and message until then. A terminal phase
+// tells the API server, controllers and users that nothing of the pod runs:
+// a Job counts it done, and the API server deletes a terminal pod at once
+// on a graceful delete, which would take it out of the API while its
+// sandbox still ran. The kubelet's status manager holds the phase the same
+// way (mergePodStatus, "Delay transitioning a pod to a terminal status
+// unless the pod is actually terminal",
+// https://github.com/kubernetes/kubernetes/blob/v1.36.3/pkg/kubelet/status/status_manager.go).
+func HoldTerminalPhase(api, next v1.PodStatus, r Reclaim) v1.PodStatus {
+	if !isTerminal(next.Phase) || isTerminal(api.Phase) || r.stopped() {
+		return next
+	}
+	next.Phase, next.Reason, next.Message = api.Phase, api.Reason, api.Message
+	return next
+}
+
 // MayDelete says whether the agent may send the final delete of pod now: it
 // is being deleted through the API and its resources are reclaimed.
 func MayDelete(pod *v1.Pod, r Reclaim) bool {

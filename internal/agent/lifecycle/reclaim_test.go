@@ -79,3 +79,36 @@ func TestKillLeftProcesses(t *testing.T) {
 		})
 	}
 }
+
+func TestHoldTerminalPhase(t *testing.T) {
+	running := v1.PodStatus{Phase: v1.PodRunning}
+	pending := v1.PodStatus{Phase: v1.PodPending, Reason: "R", Message: "M"}
+	failed := v1.PodStatus{Phase: v1.PodFailed, Reason: "Evicted", Message: "low on memory"}
+	succeeded := v1.PodStatus{Phase: v1.PodSucceeded}
+	stopped := Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a", Stopped: true}}}
+	sandboxRuns := Reclaim{Done: true, Sandboxes: []SandboxRecord{{ID: "a", Stopped: true}, {ID: "b"}}}
+	creating := Reclaim{Done: true, SandboxCreating: true}
+	containerStops := Reclaim{Done: false, Sandboxes: []SandboxRecord{{ID: "a", Stopped: true}}}
+	for _, tc := range []struct {
+		name      string
+		api, next v1.PodStatus
+		r         Reclaim
+		want      v1.PodStatus
+	}{
+		{"terminal once every sandbox is stopped", running, succeeded, stopped, succeeded},
+		{"held while a sandbox is not stopped", running, succeeded, sandboxRuns, running},
+		{"held while a sandbox is being made", running, failed, creating, running},
+		{"held while a container stops", running, failed, containerStops, running},
+		{"held with the API's reason and message", pending, failed, sandboxRuns, pending},
+		{"a pod the API shows terminal is not held", failed, failed, sandboxRuns, failed},
+		{"not terminal: nothing to hold", pending, running, sandboxRuns, running},
+		{"no sandbox at all (rejected, or none made)", pending, failed, Reclaim{Done: true}, failed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := HoldTerminalPhase(tc.api, tc.next, tc.r)
+			if got.Phase != tc.want.Phase || got.Reason != tc.want.Reason || got.Message != tc.want.Message {
+				t.Errorf("phase %s (%q, %q), want %s (%q, %q)", got.Phase, got.Reason, got.Message, tc.want.Phase, tc.want.Reason, tc.want.Message)
+			}
+		})
+	}
+}

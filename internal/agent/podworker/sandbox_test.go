@@ -184,6 +184,8 @@ func TestDeadSandboxIsReplaced(t *testing.T) {
 
 // A sandbox whose stop fails (a CNI plugin's error) keeps its address
 // until a later stop succeeds: the worker tries again sandboxRetry later.
+// Until then the pod is not reported Succeeded (lifecycle.HoldTerminalPhase):
+// the API would take a graceful delete of it at once.
 func TestFailedSandboxStopIsRetried(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.stopFailures = 1
@@ -199,7 +201,13 @@ func TestFailedSandboxStopIsRetried(t *testing.T) {
 		return len(list) == 1 && list[0].State == runtime.StateRunning
 	})
 	rt.exit(t, "c", 0)
-	waitStatus(t, statuses, pod.UID, "Succeeded", func(st v1.PodStatus) bool { return st.Phase == v1.PodSucceeded })
+	// The first stop fails; the clock holds the retry back.
+	st := waitStatus(t, statuses, pod.UID, "the container terminated", func(st v1.PodStatus) bool {
+		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Terminated != nil
+	})
+	if st.Phase != v1.PodRunning {
+		t.Errorf("phase %s while the sandbox's stop had failed, want Running (held)", st.Phase)
+	}
 	stopped := func() bool {
 		rt.mu.Lock()
 		defer rt.mu.Unlock()
@@ -212,6 +220,7 @@ func TestFailedSandboxStopIsRetried(t *testing.T) {
 		clk.Step(sandboxRetry)
 		return stopped()
 	})
+	waitStatus(t, statuses, pod.UID, "Succeeded once the sandbox is stopped", func(st v1.PodStatus) bool { return st.Phase == v1.PodSucceeded })
 }
 
 // The final delete of a pod waits for its sandbox's stop to return: one

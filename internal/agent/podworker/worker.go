@@ -46,6 +46,9 @@ type worker struct {
 	termination    *lifecycle.Termination
 	rejected       *admission.Refusal // set when admission refused the pod
 	lastStatus     v1.PodStatus
+	// reported is the last status of a sync handed to the status manager,
+	// its terminal phase held back as lifecycle.HoldTerminalPhase says.
+	reported v1.PodStatus
 	// extraConditions are conditions the agent adds once (DisruptionTarget).
 	extraConditions []v1.PodCondition
 	stopped         chan struct{} // closed once a terminated pod has nothing running
@@ -331,7 +334,7 @@ func (w *worker) sync(ctx context.Context) {
 		w.m.cfg.Recorder.Event(podref.Container(pod, e.Container), e.Type, e.Reason, e.Message)
 	}
 	if !gone {
-		w.m.cfg.Status.Set(pod, plan.Status, false)
+		w.report(pod, plan.Status, w.stopState(plan))
 	}
 	if plan.Done {
 		w.stopSandboxes(ctx, pod, "")
@@ -349,6 +352,9 @@ func (w *worker) sync(ctx context.Context) {
 		if !gone && lifecycle.MayDelete(pod, r) {
 			w.m.cfg.Status.Set(pod, plan.Status, true)
 		} else if !gone {
+			// The terminal phase held above, now that the sandboxes are
+			// stopped (held still if a stop failed: retried).
+			w.report(pod, plan.Status, r)
 			w.leftProcesses(pod, r, now)
 		}
 	} else {
@@ -367,18 +373,40 @@ func (w *worker) sync(ctx context.Context) {
 // final delete: filled again by a new agent, whose stopSandboxes stops (again)
 // every sandbox it adopted.
 func (w *worker) reclaim(pod *v1.Pod, plan lifecycle.Plan) lifecycle.Reclaim {
-	w.mu.Lock()
-	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy, VolumesMounted: !w.volumesUnmounted}
-	for _, sb := range w.sandboxes {
-		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
-	}
-	w.mu.Unlock()
+	r := w.stopState(plan)
 	stopped := r
 	stopped.VolumesMounted = false // left processes are found (and killed) whatever the volumes
 	if stopped.Reclaimed() && w.m.cfg.Cgroups != nil {
 		// Only once the rest is done: the count is read from the cgroup.
 		n, err := w.m.cfg.Cgroups.Processes(podcgroup.Parent(string(pod.UID), lifecycle.QOSClass(pod)))
 		r.ProcessesLeft = err == nil && n > 0
+	}
+	return r
+}
+
+// report hands status to the status manager, a terminal phase held back
+// while r says the pod's containers or sandboxes may still run: the phase
+// stays the one reported before (the API's, before the first report).
+func (w *worker) report(pod *v1.Pod, status v1.PodStatus, r lifecycle.Reclaim) {
+	w.mu.Lock()
+	prev := w.reported
+	if prev.Phase == "" {
+		prev = pod.Status
+	}
+	status = lifecycle.HoldTerminalPhase(prev, status, r)
+	w.reported = status
+	w.mu.Unlock()
+	w.m.cfg.Status.Set(pod, status, false)
+}
+
+// stopState is what the worker knows of the pod's containers, sandboxes
+// and volumes, without reading its cgroup (see reclaim).
+func (w *worker) stopState(plan lifecycle.Plan) lifecycle.Reclaim {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := lifecycle.Reclaim{Done: plan.Done, SandboxCreating: w.sandboxBusy, VolumesMounted: !w.volumesUnmounted}
+	for _, sb := range w.sandboxes {
+		r.Sandboxes = append(r.Sandboxes, lifecycle.SandboxRecord{ID: sb.ID, Stopped: w.sandboxStopped[sb.ID]})
 	}
 	return r
 }
