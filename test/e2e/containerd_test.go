@@ -52,7 +52,11 @@ func TestContainerdRunsImages(t *testing.T) {
 	t.Run("exit code, logs and container ID", func(t *testing.T) {
 		t.Parallel()
 		p.create(t, p.imagePod(ns, "exit3", images.BusyboxImage, v1.RestartPolicyNever, []string{"sh", "-c", "echo hello from an image; exit 3"}, nil))
-		pod := p.waitPod(t, ns, "exit3", 60*time.Second, "terminated", func(pod *v1.Pod) bool { return terminated(pod, "c") != nil })
+		// The phase follows the container's state once the sandbox is
+		// stopped (lifecycle.HoldTerminalPhase).
+		pod := p.waitPod(t, ns, "exit3", 60*time.Second, "terminated, in a terminal phase", func(pod *v1.Pod) bool {
+			return terminated(pod, "c") != nil && (pod.Status.Phase == v1.PodFailed || pod.Status.Phase == v1.PodSucceeded)
+		})
 		term := terminated(pod, "c")
 		if term.ExitCode != 3 || term.Reason != "Error" || !strings.HasPrefix(term.ContainerID, "containerd://") {
 			t.Errorf("terminated = %+v, want exit code 3, reason Error, a containerd:// ID", term)

@@ -129,8 +129,11 @@ func TestContainerdMemoryLimitOOMKilled(t *testing.T) {
 		v1.Container{Name: "calm", Image: images.BusyboxImage, ImagePullPolicy: v1.PullIfNotPresent,
 			Command: []string{"sh", "-c", "sleep 2; echo fine"}})
 	p.create(t, pod)
-	done := p.waitPod(t, ns, "hog", 90*time.Second, "both containers terminated", func(pod *v1.Pod) bool {
-		return terminated(pod, "hog") != nil && terminated(pod, "calm") != nil
+	// The phase follows the containers' states once the sandbox is stopped
+	// (lifecycle.HoldTerminalPhase).
+	done := p.waitPod(t, ns, "hog", 90*time.Second, "both containers terminated, in a terminal phase", func(pod *v1.Pod) bool {
+		return terminated(pod, "hog") != nil && terminated(pod, "calm") != nil &&
+			(pod.Status.Phase == v1.PodFailed || pod.Status.Phase == v1.PodSucceeded)
 	})
 	if term := terminated(done, "hog"); term.Reason != "OOMKilled" || term.ExitCode != 137 {
 		t.Errorf("hog terminated %+v, want OOMKilled with exit code 137", term)
