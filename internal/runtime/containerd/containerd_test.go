@@ -417,7 +417,11 @@ func waitContainer(t *testing.T, rs criapi.RuntimeService, id string, state runt
 func TestContainersOutliveAKilledPodvisor(t *testing.T) {
 	needRoot(t)
 	o := testOptions(t, t.TempDir())
-	podvisor := exec.Command(o.Daemon[0], "podvisor", o.DataDir, o.Shim)
+	self, err := os.Executable() // this test binary plays podvisor (TestMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podvisor := exec.Command(self, "podvisor", o.DataDir, o.Shim)
 	out, err := podvisor.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,8 @@
 //
 // The containerd is podvisor's own build, the binary podvisor-containerd
 // (./cmd/podvisor-containerd), run as `podvisor-containerd --config
-// DATA_DIR/containerd/config.toml`, with the CRI plugin, the runc shim v2 (the separate binary containerd-shim-runc-v2, built from
+// DATA_DIR/containerd/config.toml`, with the CRI plugin, the runc shim v2
+// (the separate binary containerd-shim-runc-v2, built from
 // ./cmd/containerd-shim-runc-v2), runc and the CNI plugins from the
 // distribution. It dies with podvisor; its containers do not: their shims
 // are not its children once started, and a restarted containerd re-adopts
