@@ -29,24 +29,63 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// heavyTests admits one heavy test at a time (see heavy).
-var heavyTests = make(chan struct{}, 1)
+// machineTurns orders the tests that load the whole machine (heavy) against
+// the starts of the podvisors the other tests run: a heavy test holds it
+// exclusively for its whole run, a start shares it until its podvisor is
+// ready. A control plane started at nice 10 beside a 200-pod burst did not
+// become ready within podvisor's 2 minutes (CI on adec84a); a start waits
+// for the heavy test instead, and a heavy test for the starts under way.
+var (
+	machineTurns sync.RWMutex
+	heavyMu      sync.Mutex
+	heavyHolder  string // top-level name of the test holding machineTurns exclusively
+)
 
 // heavy makes a test that loads the whole machine by itself (100 pods
 // started at once, a podvisor killed under churn) wait until no other heavy
-// test runs, and hold its turn until it ends. Two at once, beside the other
-// tests, pushed a 2-core machine to a load of 35, where their own waits and
-// the light tests' timing (a readiness period, a preStop) failed; light
-// tests still run beside one heavy test.
+// test runs and no other test's podvisor is starting, and hold its turn
+// until it ends. Two at once, beside the other tests, pushed a 2-core
+// machine to a load of 35, where their own waits and the light tests'
+// timing (a readiness period, a preStop) failed; light tests that are
+// already running still run beside one heavy test.
 func heavy(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	heavyTests <- struct{}{}
-	t.Cleanup(func() { <-heavyTests })
+	machineTurns.Lock()
+	heavyMu.Lock()
+	heavyHolder = topTestName(t)
+	heavyMu.Unlock()
+	t.Cleanup(func() {
+		heavyMu.Lock()
+		heavyHolder = ""
+		heavyMu.Unlock()
+		machineTurns.Unlock()
+	})
 	if d := time.Since(start); d > time.Second {
-		t.Logf("waited %v for another heavy test to end", d.Round(time.Second))
+		t.Logf("waited %v for another heavy test or podvisor starts to end", d.Round(time.Second))
 	}
 }
+
+// startTurn is taken while a podvisor (or a lab's server or agent) starts,
+// so that it does not start beside a heavy test; the returned func ends the
+// turn. The heavy test's own podvisors start within its exclusive turn.
+func startTurn(t *testing.T) (done func()) {
+	heavyMu.Lock()
+	own := heavyHolder != "" && heavyHolder == topTestName(t)
+	heavyMu.Unlock()
+	if own {
+		return func() {}
+	}
+	start := time.Now()
+	machineTurns.RLock()
+	if d := time.Since(start); d > time.Second {
+		t.Logf("waited %v for a heavy test to end before starting podvisor", d.Round(time.Second))
+	}
+	var once sync.Once
+	return func() { once.Do(machineTurns.RUnlock) }
+}
+
+func topTestName(t *testing.T) string { return strings.Split(t.Name(), "/")[0] }
 
 // binary is the podvisor built once for the whole package.
 var binary string
@@ -310,6 +349,8 @@ func (p *Podvisor) Start() {
 	if p.ConfigFileOnly {
 		args = []string{"up", "--config-file", writeConfigFile(p.t, args[1:])}
 	}
+	turn := startTurn(p.t)
+	defer turn()
 	p.cmd = exec.Command(binary, args...)
 	if !p.shared && !timingSensitive[strings.Split(p.t.Name(), "/")[0]] {
 		// The rest of the suite yields the CPU to podvisors whose tests
@@ -364,6 +405,7 @@ func (p *Podvisor) Start() {
 		p.t.Fatalf("podvisor not ready after 3m; stderr:\n%s", p.stderr)
 	}
 	p.t.Logf("podvisor ready in %v", time.Since(started).Round(time.Millisecond))
+	turn()
 	go func() {
 		for line := range lines {
 			p.t.Logf("unexpected stdout line: %q", line)

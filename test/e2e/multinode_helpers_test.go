@@ -84,6 +84,8 @@ type labDaemon struct {
 // stopping to the caller (an agent's pods are removed before it stops).
 func startLabDaemon(t *testing.T, name string, cmd *exec.Cmd, ready string, timeout time.Duration) (*labDaemon, error) {
 	d := &labDaemon{t: t, name: name, cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	turn := startTurn(t)
+	defer turn()
 	cmd.Stderr = d.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
