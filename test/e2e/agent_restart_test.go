@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,17 +13,33 @@ import (
 )
 
 // Restarting podvisor while a pod runs: the container keeps running (same
-// container ID), restartCount does not move, and its log continues.
+// container ID), restartCount does not move, and its log continues; a
+// ConfigMap volume set up before the restart still follows its ConfigMap
+// (the new agent adopts it without a container start).
 func TestAgentRestartKeepsRunningPod(t *testing.T) {
 	t.Parallel()
 	p := NewPodvisor(t)
 	p.Start()
 	ns := p.Namespace("restart")
+	ctx := context.Background()
 	p.create(t, p.pod(ns, "ticker", v1.RestartPolicyAlways, sh("c", "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.5; done")))
+	cms := p.Admin.CoreV1().ConfigMaps(ns)
+	cm, err := cms.Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm"}, Data: map[string]string{"k": "before"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(t.TempDir(), "cfg")
+	reader := sh("c", fmt.Sprintf(`while true; do echo "file=$(cat '%s/k')"; sleep 0.5; done`, mnt))
+	reader.VolumeMounts = []v1.VolumeMount{{Name: "cfg", MountPath: mnt}}
+	readerPod := p.pod(ns, "reader", v1.RestartPolicyAlways, reader)
+	readerPod.Spec.Volumes = []v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+		LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}}}
+	p.create(t, readerPod)
 	before := p.waitPod(t, ns, "ticker", 60*time.Second, "Running", func(pod *v1.Pod) bool {
 		return pod.Status.Phase == v1.PodRunning && isReady(pod)
 	})
 	id := containerStatus(before, "c").ContainerID
+	p.waitLogs(t, ns, "reader", "c", 60*time.Second, "file=before")
 
 	p.Stop()
 	if code := p.ExitCode(); code != 0 {
@@ -39,6 +56,16 @@ func TestAgentRestartKeepsRunningPod(t *testing.T) {
 	if cs.ContainerID != id || cs.RestartCount != 0 {
 		t.Errorf("after restart: containerID %s (was %s), restartCount %d (want 0)", cs.ContainerID, id, cs.RestartCount)
 	}
+	cm.Data["k"] = "after"
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLogs(t, ns, "reader", "c", 90*time.Second, "file=after")
+	if got, err := p.Admin.CoreV1().Pods(ns).Get(ctx, "reader", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if cs := containerStatus(got, "c"); cs == nil || cs.RestartCount != 0 {
+		t.Errorf("the ConfigMap reader restarted: %s", describe(got))
+	}
 	kc := filepath.Join(p.DataDir, "admin.kubeconfig")
 	Eventually(t, 30*time.Second, "log continues past the restart", func() (bool, error) {
 		o, e, code := runPodvisor(t, 30*time.Second, "kubectl", "--kubeconfig", kc, "-n", ns, "logs", "ticker")
@@ -50,7 +77,7 @@ func TestAgentRestartKeepsRunningPod(t *testing.T) {
 		return len(lines) > 0 && lines[0] == "tick-1" && len(lines) >= 12, nil
 	})
 	// No extra events of a second start.
-	evs, err := p.Admin.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	evs, err := p.Admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=ticker"})
 	if err != nil {
 		t.Fatal(err)
 	}

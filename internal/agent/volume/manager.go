@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/podvisor/podvisor/internal/agent/containerspec"
+	"github.com/podvisor/podvisor/internal/agent/csi/noderequest"
 	"github.com/podvisor/podvisor/internal/agent/images"
 	"github.com/podvisor/podvisor/internal/agent/volume/atomicwriter"
 	"github.com/podvisor/podvisor/internal/agent/volume/claim"
@@ -192,7 +194,18 @@ func (vm *Manager) resyncAll(ctx context.Context) {
 	for uid := range vm.pods {
 		uids = append(uids, uid)
 	}
+	known := map[types.UID]bool{}
+	for _, uid := range uids {
+		known[uid] = true
+	}
 	vm.mu.Unlock()
+	// The pods held but not known here are those the agent found running
+	// when it started: resync adopts those whose volumes are on disk.
+	for name := range vm.cfg.Pods.Dirs() {
+		if uid, ok := uidOfDir(name); ok && !known[uid] {
+			uids = append(uids, uid)
+		}
+	}
 	for _, uid := range uids {
 		vm.resync(ctx, uid)
 	}
@@ -220,7 +233,9 @@ func (vm *Manager) resync(ctx context.Context, uid types.UID) {
 	pv := vm.pods[uid]
 	vm.mu.Unlock()
 	if pv == nil {
-		return
+		if pv = vm.adopt(uid); pv == nil {
+			return
+		}
 	}
 	pod, live := vm.cfg.Pods.Pod(uid)
 	pv.mu.Lock()
@@ -249,6 +264,65 @@ func (vm *Manager) resync(ctx context.Context, uid types.UID) {
 		}
 	}
 	vm.expandPublished(ctx, pod, pv)
+}
+
+// adopt takes over the volumes of a live pod that were set up before the
+// agent started (it found the pod running), so that they are kept current
+// and its claims grown as if this agent had set them up: without it, a
+// running pod's ConfigMap volumes and expanded claims waited for the next
+// container start after an agent restart. Nothing is mounted here: the CSI
+// volumes count as published only where their target is still a mount
+// point (after a reboot it is not, and the next SetUp publishes them
+// again). nil when the pod is not live or has no volumes on disk.
+func (vm *Manager) adopt(uid types.UID) *podVolumes {
+	if _, live := vm.cfg.Pods.Pod(uid); !live {
+		return nil
+	}
+	var dir string
+	for name := range vm.cfg.Pods.Dirs() {
+		if u, ok := uidOfDir(name); ok && u == uid {
+			dir = filepath.Join(vm.cfg.PodsDir, name)
+			break
+		}
+	}
+	if dir == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(dir, "volumes")); err != nil {
+		return nil
+	}
+	recs, _ := records(dir)
+	published := map[string]bool{}
+	if len(recs) > 0 {
+		points := map[string]bool{}
+		for _, p := range mountPoints() {
+			points[p] = true
+		}
+		for _, r := range recs {
+			if points[noderequest.PublishPath(dir, r.SpecVolID)] {
+				published[r.PodVolume] = true
+			}
+		}
+	}
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if pv := vm.pods[uid]; pv != nil {
+		return pv // set up meanwhile
+	}
+	pv := &podVolumes{dir: dir, set: true, published: published}
+	vm.pods[uid] = pv
+	vm.cfg.Log.Info("volumes of a running pod adopted", "podUID", uid, "dir", dir, "csiPublished", len(published))
+	return pv
+}
+
+// uidOfDir is the pod UID in the name of a pod directory,
+// <ns>_<name>_<uid> (neither a namespace nor a pod name holds "_").
+func uidOfDir(name string) (types.UID, bool) {
+	i := strings.LastIndexByte(name, '_')
+	if i < 0 || i == len(name)-1 {
+		return "", false
+	}
+	return types.UID(name[i+1:]), true
 }
 
 const (
