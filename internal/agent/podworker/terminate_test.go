@@ -53,14 +53,17 @@ func TestTerminatedPodIsStoppedOnlyOnceItsVolumesAreUnmounted(t *testing.T) {
 		return len(st.ContainerStatuses) == 1 && st.ContainerStatuses[0].State.Running != nil
 	})
 	stopped := m.TerminatePod(pod.UID, Termination{Grace: 0, Reason: "Terminated", Message: "node shutdown"})
-	waitFor(t, "an unmount that fails", func() bool { return vols.tries.Load() >= 1 })
+	// Once the unmount has failed and the worker waits for its retry, it
+	// has decided the pod is not stopped yet.
+	waitFor(t, "an unmount that fails, and its retry scheduled", func() bool {
+		return vols.tries.Load() >= 1 && clk.HasWaiters()
+	})
 	select {
 	case <-stopped:
 		t.Fatal("the pod was reported stopped while its volumes' unmount failed")
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	vols.ok.Store(true)
-	waitFor(t, "the retry to be scheduled", func() bool { return clk.HasWaiters() })
 	clk.Step(sandboxRetry)
 	select {
 	case <-stopped:
