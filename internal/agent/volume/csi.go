@@ -79,7 +79,11 @@ func (vm *Manager) setupCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, pv *v
 	if err != nil {
 		return "", mountFailed("MountVolume.SetUp", pv.Name, err)
 	}
-	return vm.publishCSI(ctx, pod, v, vol, false, pvs)
+	var size string
+	if c, ok := pv.Spec.Capacity[v1.ResourceStorage]; ok && !c.IsZero() {
+		size = c.String()
+	}
+	return vm.publishCSI(ctx, pod, v, vol, false, size, pvs)
 }
 
 // setupInlineCSI publishes the pod's inline (ephemeral) CSI volume v.
@@ -88,13 +92,14 @@ func (vm *Manager) setupInlineCSI(ctx context.Context, pod *v1.Pod, v v1.Volume,
 	if err != nil {
 		return "", mountFailed("MountVolume.SetUp", v.Name, err)
 	}
-	return vm.publishCSI(ctx, pod, v, vol, true, pvs)
+	return vm.publishCSI(ctx, pod, v, vol, true, "", pvs)
 }
 
 // publishCSI stages (a PV, where the driver stages) and publishes vol into
 // the pod as volume v; once per pod (SetUp runs before every container
-// start). Messages name the PV, or the inline volume, as upstream's.
-func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol noderequest.Volume, ephemeral bool, pvs *podVolumes) (string, error) {
+// start). Messages name the PV, or the inline volume, as upstream's. size
+// is the PV's capacity ("" for an inline volume), kept in the record.
+func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol noderequest.Volume, ephemeral bool, size string, pvs *podVolumes) (string, error) {
 	target := noderequest.PublishPath(pvs.dir, vol.SpecName)
 	if pvs.published[v.Name] {
 		return target, nil
@@ -117,7 +122,7 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
 	}
 	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName,
-		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, PodVolume: v.Name}
+		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, PodVolume: v.Name, Size: size}
 	if ephemeral {
 		rec.VolumeLifecycleMode = storagev1.VolumeLifecycleEphemeral
 		if err := csivolume.EphemeralAllowed(driver, vol.Driver); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/podvisor/podvisor/internal/agent/csi/nodeclient"
@@ -23,8 +24,10 @@ import (
 // does (nodeexpand decides). It looks when a pod's volumes are set up
 // (before each container start) and at every resync of a running pod
 // (each resyncPeriod, or at once when the pod changes), as the kubelet
-// looks at its pod syncs. hostPath, local and local-path volumes have
-// nothing to grow on the node.
+// looks at its pod syncs. A mount older than a claim another expansion
+// finished (a ReadWriteMany volume grown by another node) is grown too,
+// from the size kept in the volume's record. hostPath, local and
+// local-path volumes have nothing to grow on the node.
 
 // expandPublished looks at the sizes of the pod's CSI claim volumes that
 // are published into it; called with the pod's podVolumes held.
@@ -56,7 +59,9 @@ func (vm *Manager) expandPublished(ctx context.Context, pod *v1.Pod, pvs *podVol
 // infeasible), as the kubelet retries.
 func (vm *Manager) expandClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, podDir string) {
 	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
-	d := nodeexpand.Decide(pvc, pv, readOnly)
+	rec, _ := readRecord(podDir, pv.Name)
+	mounted, _ := resource.ParseQuantity(rec.Size) // "" or bad: zero, unknown
+	d := nodeexpand.Decide(pvc, pv, readOnly, mounted)
 	if d.Action != nodeexpand.Expand {
 		return
 	}
@@ -65,10 +70,12 @@ func (vm *Manager) expandClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pv
 	if err == nil {
 		return
 	}
-	log.Warn("NodeExpandVolume failed", "err", err)
+	log.Warn("NodeExpandVolume failed", "err", err, "claimDone", d.ClaimDone)
 	vm.cfg.Recorder.Event(pod, v1.EventTypeWarning, nodeexpand.ReasonFailed, nodeexpand.FailedMessage(pv.Name, err))
 	var nf notFinal
-	if errors.As(err, &nf) {
+	if errors.As(err, &nf) || d.ClaimDone {
+		// A claim another expansion finished is not marked failed for
+		// this node's mount; the next look tries again.
 		return
 	}
 	failed := nodeexpand.Failed(pvc, err, nodeexpand.Infeasible(err), metav1.NewTime(vm.cfg.Clock.Now()))
@@ -104,6 +111,11 @@ func (vm *Manager) nodeExpand(ctx context.Context, pod *v1.Pod, pvc *v1.Persiste
 		return notFinal{err}
 	}
 	if !caps.ExpandVolume {
+		if d.ClaimDone {
+			// Nothing of the node's to grow: the controller's expansion
+			// was the whole of it. The record catches up.
+			return vm.recordSize(podDir, vol.SpecName, d.NewSize)
+		}
 		return fmt.Errorf("Expander.NodeExpand failed to expand the volume : NodeExpand is not supported by the CSI driver %s", vol.Driver)
 	}
 	secrets, err := vm.csiSecrets(ctx, vol.ExpandSecretRef)
@@ -118,18 +130,21 @@ func (vm *Manager) nodeExpand(ctx context.Context, pod *v1.Pod, pvc *v1.Persiste
 	}
 	unlock := vm.csiLocks.lock(vol.Driver, vol.Handle)
 	defer unlock()
-	staged := false
-	if b, err := os.ReadFile(noderequest.RecordPath(podDir, vol.SpecName)); err == nil {
-		if r, err := csivolume.Decode(b); err == nil {
-			staged = r.Staged
-		}
-	}
-	req := noderequest.ExpandRequest(vm.cfg.CSIRoot, vol, podDir, staged, caps, d.NewSize.Value(), secrets)
+	rec, _ := readRecord(podDir, vol.SpecName)
+	req := noderequest.ExpandRequest(vm.cfg.CSIRoot, vol, podDir, rec.Staged, caps, d.NewSize.Value(), secrets)
 	if _, err := client.Expand(ctx, req); err != nil {
 		if !nodeclient.Final(err) {
 			return notFinal{err}
 		}
 		return fmt.Errorf("Expander.NodeExpand failed to expand the volume : %w", err)
+	}
+	if err := vm.recordSize(podDir, vol.SpecName, d.NewSize); err != nil {
+		// The next look grows the mount again (idempotent) and retries.
+		return notFinal{err}
+	}
+	if d.ClaimDone {
+		vm.cfg.Log.Info("volume expanded on the node, its claim already expanded", "pod", pod.Namespace+"/"+pod.Name, "pv", pv.Name, "size", d.NewSize.String())
+		return nil
 	}
 	msg := nodeexpand.SucceededMessage(pv.Name, vm.cfg.NodeName)
 	vm.cfg.Recorder.Event(pod, v1.EventTypeNormal, nodeexpand.ReasonSucceeded, msg)
@@ -141,4 +156,25 @@ func (vm *Manager) nodeExpand(ctx context.Context, pod *v1.Pod, pvc *v1.Persiste
 		return notFinal{fmt.Errorf("mountVolume.NodeExpandVolume update pvc status failed: %w", err)}
 	}
 	return nil
+}
+
+// readRecord reads the record of the CSI volume specName published into
+// the pod whose directory is podDir.
+func readRecord(podDir, specName string) (csivolume.Record, error) {
+	b, err := os.ReadFile(noderequest.RecordPath(podDir, specName))
+	if err != nil {
+		return csivolume.Record{}, err
+	}
+	return csivolume.Decode(b)
+}
+
+// recordSize keeps in the volume's record the size the node's mount now
+// has.
+func (vm *Manager) recordSize(podDir, specName string, size resource.Quantity) error {
+	rec, err := readRecord(podDir, specName)
+	if err != nil {
+		return fmt.Errorf("reading the record of volume %s: %w", specName, err)
+	}
+	rec.Size = size.String()
+	return writeRecord(podDir, rec)
 }

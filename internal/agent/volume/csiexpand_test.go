@@ -123,6 +123,44 @@ func TestCSIClaimExpandedOnlineAtResync(t *testing.T) {
 		}
 	}
 	f.vm.resync(ctx, pod.UID) // done: not again
+	if r, err := readRecord(f.podDir(pod), "pv-1"); err != nil || r.Size != "2Gi" {
+		t.Errorf("record after the expansion: size %q, %v; want 2Gi", r.Size, err)
+	}
+}
+
+// A volume grown while this node's pod had it published at the old size
+// (a ReadWriteMany volume another node grew, the claim's status already
+// done): the node grows its own mount to the PV's size and leaves the
+// claim and its events alone, once.
+func TestCSIMountOlderThanADoneClaimIsGrown(t *testing.T) {
+	pod := claimPod("p")
+	f := newExpandFixture(t, pod)
+	ctx := context.Background()
+	if r, err := readRecord(f.podDir(pod), "pv-1"); err != nil || r.Size != "1Gi" {
+		t.Fatalf("record after the publish: size %q, %v; want the PV's 1Gi", r.Size, err)
+	}
+	f.setSizes(t, "2Gi", "2Gi", "", "")
+	before := f.claim(t).ResourceVersion
+	f.node.EXPECT().NodeExpandVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(_ context.Context, r *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
+			if r.VolumePath != noderequest.PublishPath(f.podDir(pod), "pv-1") || r.CapacityRange.GetRequiredBytes() != 2<<30 {
+				t.Errorf("NodeExpandVolume %v", r)
+			}
+			return &csi.NodeExpandVolumeResponse{CapacityBytes: 2 << 30}, nil
+		}).Times(1)
+	f.vm.resync(ctx, pod.UID)
+	f.vm.resync(ctx, pod.UID) // the record says 2Gi now: not again
+	if rv := f.claim(t).ResourceVersion; rv != before {
+		t.Errorf("the claim was written (resource version %s, was %s): %+v", rv, before, f.claim(t).Status)
+	}
+	select {
+	case e := <-f.rec.Events:
+		t.Errorf("event %q", e)
+	default:
+	}
+	if r, err := readRecord(f.podDir(pod), "pv-1"); err != nil || r.Size != "2Gi" {
+		t.Errorf("record after the expansion: size %q, %v; want 2Gi", r.Size, err)
+	}
 }
 
 // A size the driver cannot have (OutOfRange) is a VolumeResizeFailed

@@ -161,6 +161,11 @@ type Record struct {
 	// PodVolume is the name of the pod's volume (the PV is SpecVolID), for
 	// the volume's stats; podvisor's own, absent from older records.
 	PodVolume string `json:"podVolume,omitempty"`
+	// Size is the PV's capacity when this node published the volume, or
+	// the size it last grew it to (NodeExpandVolume): a volume grown on
+	// another node (ReadWriteMany) is grown here when the PV is larger.
+	// podvisor's own (the kubelet keeps it in memory); absent: unknown.
+	Size string `json:"size,omitempty"`
 }
 
 // Encode and Decode the record file.

@@ -39,6 +39,11 @@ type Decision struct {
 	// MarkInProgress: write InProgress before the call (a resize
 	// controller that keeps allocatedResourceStatuses).
 	MarkInProgress bool
+	// ClaimDone: the claim's status already has the new size (another node
+	// of a ReadWriteMany volume, or an earlier expansion on this one whose
+	// record fell behind): the node grows its own mount and writes nothing
+	// to the claim, as the kubelet when its recorded size is older.
+	ClaimDone bool
 	// Why explains Nothing, for logs.
 	Why string
 }
@@ -52,8 +57,11 @@ type Decision struct {
 // RecoverVolumeExpansionFailure protocol) the node acts only on
 // NodeResizePending (or a NodeResizeInProgress it did not finish), for the
 // size in status.allocatedResources; with an older one, whenever the PV is
-// larger than the claim's status.
-func Decide(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, readOnly bool) Decision {
+// larger than the claim's status. mounted is the size this node last
+// published or grew the volume at (zero: unknown): when the claim is done
+// but the node's mount is smaller than the PV (a ReadWriteMany volume grown
+// on another node), the node grows its own mount (ClaimDone).
+func Decide(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, readOnly bool, mounted resource.Quantity) Decision {
 	switch {
 	case pvc == nil || pv == nil:
 		return nothing("no bound claim")
@@ -67,10 +75,13 @@ func Decide(pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, readOnly boo
 	if pvCap.IsZero() || statusCap.IsZero() {
 		return nothing("sizes unknown")
 	}
+	resizeStatus := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
 	if pvCap.Cmp(statusCap) <= 0 {
+		if resizeStatus == "" && !mounted.IsZero() && mounted.Cmp(pvCap) < 0 {
+			return Decision{Action: Expand, NewSize: pvCap, ClaimDone: true}
+		}
 		return nothing("the volume is not larger than the claim's capacity")
 	}
-	resizeStatus := pvc.Status.AllocatedResourceStatuses[v1.ResourceStorage]
 	if resizeStatus == "" && pvc.Status.AllocatedResources == nil {
 		// An older resize controller: the PV's size is the new size.
 		return Decision{Action: Expand, NewSize: pvCap}

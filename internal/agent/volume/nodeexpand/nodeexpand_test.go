@@ -45,9 +45,11 @@ func TestDecide(t *testing.T) {
 		pvc      *v1.PersistentVolumeClaim
 		pv       *v1.PersistentVolume
 		readOnly bool
+		mounted  string // the node's recorded size; "" unknown
 		want     Action
 		size     string
 		mark     bool
+		done     bool // ClaimDone
 	}{
 		{name: "no claim", pv: csiPV("2Gi"), want: Nothing},
 		{name: "no PV", pvc: claim("1Gi", "", ""), want: Nothing},
@@ -66,11 +68,21 @@ func TestDecide(t *testing.T) {
 		{name: "controller resize infeasible", pvc: claim("1Gi", v1.PersistentVolumeClaimControllerResizeInfeasible, "2Gi"), pv: csiPV("2Gi"), want: Nothing},
 		{name: "node resize infeasible: not tried again", pvc: claim("1Gi", v1.PersistentVolumeClaimNodeResizeInfeasible, "2Gi"), pv: csiPV("2Gi"), want: Nothing},
 		{name: "allocated but no resize status: done by the controller", pvc: claim("1Gi", "", "2Gi"), pv: csiPV("2Gi"), want: Nothing},
+		{name: "claim done, the node's mount older: grown, claim left alone", pvc: claim("2Gi", "", "2Gi"), pv: csiPV("2Gi"), mounted: "1Gi", want: Expand, size: "2Gi", done: true},
+		{name: "claim done, the node's mount as large", pvc: claim("2Gi", "", ""), pv: csiPV("2Gi"), mounted: "2Gi", want: Nothing},
+		{name: "claim done, the node's size unknown", pvc: claim("2Gi", "", ""), pv: csiPV("2Gi"), want: Nothing},
+		{name: "claim done, the node's mount older, read-only", pvc: claim("2Gi", "", ""), pv: csiPV("2Gi"), mounted: "1Gi", readOnly: true, want: Nothing},
+		{name: "node resize infeasible, the node's mount older: not tried again", pvc: claim("2Gi", v1.PersistentVolumeClaimNodeResizeInfeasible, "3Gi"), pv: csiPV("2Gi"), mounted: "1Gi", want: Nothing},
+		{name: "the node's mount older and a resize pending: the claim's resize", pvc: claim("1Gi", v1.PersistentVolumeClaimNodeResizePending, "2Gi"), pv: csiPV("2Gi"), mounted: "1Gi", want: Expand, size: "2Gi", mark: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := Decide(tc.pvc, tc.pv, tc.readOnly)
-			if d.Action != tc.want || d.MarkInProgress != tc.mark {
-				t.Fatalf("Decide = %+v, want action %d mark %v", d, tc.want, tc.mark)
+			var mounted resource.Quantity
+			if tc.mounted != "" {
+				mounted = resource.MustParse(tc.mounted)
+			}
+			d := Decide(tc.pvc, tc.pv, tc.readOnly, mounted)
+			if d.Action != tc.want || d.MarkInProgress != tc.mark || d.ClaimDone != tc.done {
+				t.Fatalf("Decide = %+v, want action %d mark %v claim done %v", d, tc.want, tc.mark, tc.done)
 			}
 			if tc.want == Nothing && d.Why == "" {
 				t.Errorf("Nothing without a reason")
