@@ -56,7 +56,7 @@ func (vm *Manager) setupClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvs
 		if err == nil {
 			// A claim expanded while no pod used it grows now (upstream
 			// expands at mount too).
-			vm.expandClaim(ctx, pod, v, pvc, pv, pvs.dir)
+			vm.expandClaim(ctx, pod, v, pvc, pv, pvs)
 		}
 		return path, err
 	case claim.KindNFS:

@@ -49,15 +49,20 @@ func (vm *Manager) expandPublished(ctx context.Context, pod *v1.Pod, pvs *podVol
 		if err != nil {
 			continue
 		}
-		vm.expandClaim(ctx, pod, v, pvc, pv, pvs.dir)
+		vm.expandClaim(ctx, pod, v, pvc, pv, pvs)
 	}
 }
 
 // expandClaim grows the filesystem of the claim's CSI volume, published
-// into the pod as v, if nodeexpand says so. Failures are events and logs;
-// the next look tries again (unless the driver said the size is
-// infeasible), as the kubelet retries.
-func (vm *Manager) expandClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, podDir string) {
+// into the pod as v, if nodeexpand says so; called with pvs held. Failures
+// are events and logs; the next look tries again (unless the driver said
+// the size is infeasible, or that it cannot grow the volume in use), as
+// the kubelet retries.
+func (vm *Manager) expandClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pvc *v1.PersistentVolumeClaim, pv *v1.PersistentVolume, pvs *podVolumes) {
+	if pvs.expandInUse[v.Name] {
+		return
+	}
+	podDir := pvs.dir
 	readOnly := v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ReadOnly
 	rec, _ := readRecord(podDir, pv.Name)
 	mounted, _ := resource.ParseQuantity(rec.Size) // "" or bad: zero, unknown
@@ -72,6 +77,13 @@ func (vm *Manager) expandClaim(ctx context.Context, pod *v1.Pod, v v1.Volume, pv
 	}
 	log.Warn("NodeExpandVolume failed", "err", err, "claimDone", d.ClaimDone)
 	vm.cfg.Recorder.Event(pod, v1.EventTypeWarning, nodeexpand.ReasonFailed, nodeexpand.FailedMessage(pv.Name, err))
+	if nodeexpand.InUse(err) {
+		log.Info("the driver cannot grow the volume while it is in use: not tried again while this pod mounts it")
+		if pvs.expandInUse == nil {
+			pvs.expandInUse = map[string]bool{}
+		}
+		pvs.expandInUse[v.Name] = true
+	}
 	var nf notFinal
 	if errors.As(err, &nf) || d.ClaimDone {
 		// A claim another expansion finished is not marked failed for

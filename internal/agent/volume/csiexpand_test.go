@@ -199,3 +199,39 @@ func TestCSIClaimExpansionInfeasible(t *testing.T) {
 		t.Errorf("a read-only mount's claim changed to %q", s)
 	}
 }
+
+// A driver that cannot grow a volume while it is mounted (FailedPrecondition)
+// gets one NodeExpandVolume per pod, as the kubelet marks the mounted
+// volume and expands it at its next mount: a NodeResizeError condition and
+// a VolumeResizeFailed event, then nothing more for this pod, not even at a
+// container restart (the mark is the pod's: another pod's mount tries again).
+func TestCSIExpansionInUseIsNotRetriedWhileMounted(t *testing.T) {
+	pod := claimPod("p")
+	f := newExpandFixture(t, pod)
+	ctx := context.Background()
+	f.setSizes(t, "2Gi", "1Gi", v1.PersistentVolumeClaimNodeResizePending, "2Gi")
+	f.node.EXPECT().NodeExpandVolume(gomock.Any(), gomock.Any()).Return(nil, status.Error(codes.FailedPrecondition, "volume in use")).Times(1)
+	f.vm.resync(ctx, pod.UID)
+	f.vm.resync(ctx, pod.UID)
+	if _, err := f.vm.SetUp(ctx, pod, f.podDir(pod)); err != nil { // a container restart
+		t.Fatal(err)
+	}
+	var found bool
+	for _, c := range f.claim(t).Status.Conditions {
+		found = found || c.Type == v1.PersistentVolumeClaimNodeResizeError && strings.Contains(c.Message, "volume in use")
+	}
+	if !found {
+		t.Errorf("no NodeResizeError condition naming the error: %+v", f.claim(t).Status.Conditions)
+	}
+	if e := f.event(t); !strings.HasPrefix(e, `Warning VolumeResizeFailed `) || !strings.Contains(e, "volume in use") {
+		t.Errorf("event %q", e)
+	}
+	select {
+	case e := <-f.rec.Events:
+		t.Errorf("a second event %q", e)
+	default:
+	}
+	if s := f.claim(t).Status.AllocatedResourceStatuses[v1.ResourceStorage]; s == v1.PersistentVolumeClaimNodeResizeInfeasible {
+		t.Errorf("resize status %q: an in-use refusal is not infeasible", s)
+	}
+}

@@ -123,6 +123,9 @@ type podVolumes struct {
 	// published are the CSI volumes published into the pod (csi.go), by
 	// volume name: SetUp publishes each once.
 	published map[string]bool
+	// expandInUse are the volumes whose driver cannot grow them while
+	// mounted (nodeexpand.InUse): not tried again for this pod.
+	expandInUse map[string]bool
 }
 
 // New validates cfg and makes the manager; Start runs its resync loop.

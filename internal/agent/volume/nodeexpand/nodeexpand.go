@@ -204,3 +204,12 @@ func Infeasible(err error) bool {
 	}
 	return false
 }
+
+// InUse says a failed NodeExpandVolume (FailedPrecondition) means the
+// driver cannot grow the volume while it is in use: as the kubelet, the node
+// does not try again while the pod has it mounted; the next mount (another
+// pod) expands it.
+func InUse(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.FailedPrecondition
+}
