@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,8 @@ func TestRoutesFollowNodes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
-	id := fmt.Sprintf("%d", os.Getpid()%100000)
+	removeStaleLab(t)
+	id := strconv.Itoa(os.Getpid()) // interface names stay within 15 bytes
 	nsA, nsB, br := "pvnet-a-"+id, "pvnet-b-"+id, "pvnbr"+id
 	a := &testNode{name: "a", ns: nsA, ip: "198.18.77.10", podCIDR: "10.42.1.0/24"}
 	a2 := &testNode{name: "a2", ns: nsA, ip: "198.18.77.10", podCIDR: "10.42.3.0/24"}
@@ -414,4 +416,35 @@ func output(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
 	}
 	return string(out)
+}
+
+// removeStaleLab deletes the bridges and namespaces an earlier run of
+// TestRoutesFollowNodes left when it was killed (its cleanup never ran):
+// the bridge kept 198.18.77.1, and every later run failed on it. A run's
+// names end in its process ID; those of a process still running are left.
+func removeStaleLab(t *testing.T) {
+	t.Helper()
+	alive := func(id string) bool { _, err := os.Stat("/proc/" + id); return err == nil }
+	out, _ := exec.Command("ip", "-br", "link", "show", "type", "bridge").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "pvnbr") {
+			continue
+		}
+		if id := strings.TrimPrefix(f[0], "pvnbr"); !alive(id) {
+			t.Logf("removing bridge %s, left by an earlier run", f[0])
+			run(t, "ip", "link", "del", f[0])
+		}
+	}
+	out, _ = exec.Command("ip", "netns", "list").Output()
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "pvnet-") {
+			continue
+		}
+		if id := f[0][strings.LastIndexByte(f[0], '-')+1:]; !alive(id) {
+			t.Logf("removing network namespace %s, left by an earlier run", f[0])
+			run(t, "ip", "netns", "del", f[0])
+		}
+	}
 }
