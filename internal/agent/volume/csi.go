@@ -121,6 +121,11 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 	if err != nil {
 		return "", mountFailed("MountVolume.SetUp", vol.SpecName, fmt.Errorf("reading CSIDriver %s: %w", vol.Driver, err))
 	}
+	if old, err := readRecord(pvs.dir, vol.SpecName); err == nil && old.Size != "" {
+		// Published again (requiresRepublish, a reboot): the mount keeps
+		// the size it was grown to; a larger PV is grown by the next look.
+		size = old.Size
+	}
 	rec := csivolume.Record{SpecVolID: vol.SpecName, VolumeHandle: vol.Handle, DriverName: vol.Driver, NodeName: vm.cfg.NodeName,
 		VolumeLifecycleMode: storagev1.VolumeLifecyclePersistent, PodVolume: v.Name, Size: size}
 	if ephemeral {
@@ -201,6 +206,42 @@ func (vm *Manager) publishCSI(ctx context.Context, pod *v1.Pod, v v1.Volume, vol
 	pvs.published[v.Name] = true
 	vm.cfg.Log.Info("CSI volume published", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "spec", vol.SpecName, "driver", vol.Driver, "staged", caps.StageUnstage, "ephemeral", ephemeral)
 	return target, nil
+}
+
+// republishCSI publishes again the pod's CSI volumes whose driver asks for
+// it (CSIDriver requiresRepublish), with fresh service account tokens, as
+// the kubelet remounts them at each pod sync; called at each resync with
+// pvs held. A failure is a FailedMount event; the volume stays published
+// and the next resync tries again.
+func (vm *Manager) republishCSI(ctx context.Context, pod *v1.Pod, pvs *podVolumes) {
+	if len(pvs.published) == 0 || vm.cfg.Client == nil {
+		return
+	}
+	recs, _ := records(pvs.dir)
+	drivers := map[string]string{} // pod volume → its driver
+	for _, r := range recs {
+		drivers[r.PodVolume] = r.DriverName
+	}
+	republish := map[string]bool{} // by driver
+	for name, driver := range drivers {
+		if _, seen := republish[driver]; seen || !pvs.published[name] {
+			continue
+		}
+		d, err := vm.cfg.Client.StorageV1().CSIDrivers().Get(ctx, driver, metav1.GetOptions{})
+		republish[driver] = err == nil && d.Spec.RequiresRepublish != nil && *d.Spec.RequiresRepublish
+	}
+	for _, v := range pod.Spec.Volumes {
+		if !pvs.published[v.Name] || !republish[drivers[v.Name]] {
+			continue
+		}
+		delete(pvs.published, v.Name)
+		if _, err := vm.setupVolume(ctx, pvs.dir, pod, v, pvs); err != nil {
+			pvs.published[v.Name] = true
+			msg := claim.Event(v.Name, err)
+			vm.cfg.Log.Info("CSI volume not published again", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name, "err", err)
+			vm.cfg.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
+		}
+	}
 }
 
 // csiTokens are the pod's service account tokens for the audiences the

@@ -12,6 +12,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/golang/mock/gomock"
 	"github.com/kubernetes-csi/csi-test/v5/driver"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -312,6 +314,55 @@ func TestCSIVolumeGetsThePodsTokens(t *testing.T) {
 		})
 	if _, err := f.vm.SetUp(context.Background(), pod, f.podDir(pod)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A driver with requiresRepublish gets NodePublishVolume again at each
+// resync of the running pod, with the pod's tokens, as the kubelet remounts
+// such volumes at each pod sync; a failure is a FailedMount event and the
+// next resync tries again. A driver without it is published once (the
+// other tests' resyncs: gomock fails on a second publish).
+func TestCSIVolumeOfARequiresRepublishDriverIsPublishedAgain(t *testing.T) {
+	pod := claimPod("p")
+	driverObj := &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: testDriver}, Spec: storagev1.CSIDriverSpec{
+		AttachRequired: ptr.To(false), RequiresRepublish: ptr.To(true), TokenRequests: []storagev1.TokenRequest{{Audience: "vault"}}}}
+	f := newCSIFixture(t, true, []*v1.Pod{pod}, driverObj)
+	f.client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenRequest).DeepCopy()
+		tr.Status.Token = "tok"
+		return true, tr, nil
+	})
+	f.node.EXPECT().NodeGetCapabilities(gomock.Any(), gomock.Any()).Return(&csi.NodeGetCapabilitiesResponse{}, nil).AnyTimes()
+	var publishes int
+	fail := false
+	f.node.EXPECT().NodePublishVolume(gomock.Any(), gomock.Any()).DoAndReturn(
+		func(_ context.Context, r *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+			publishes++
+			if !strings.Contains(r.VolumeContext[csivolume.TokensKey], `"vault":{"token":"tok"`) {
+				t.Errorf("publish %d without the pod's token: %v", publishes, r.VolumeContext)
+			}
+			if fail {
+				return nil, status.Error(codes.Internal, "driver trouble")
+			}
+			return &csi.NodePublishVolumeResponse{}, os.MkdirAll(r.TargetPath, 0o750)
+		}).Times(4)
+	ctx := context.Background()
+	if _, err := f.vm.SetUp(ctx, pod, f.podDir(pod)); err != nil {
+		t.Fatal(err)
+	}
+	f.vm.resync(ctx, pod.UID)
+	if publishes != 2 {
+		t.Fatalf("%d publishes after a resync, want 2", publishes)
+	}
+	fail = true
+	f.vm.resync(ctx, pod.UID)
+	if e := f.event(t); !strings.HasPrefix(e, "Warning FailedMount ") || !strings.Contains(e, "driver trouble") {
+		t.Errorf("event %q", e)
+	}
+	fail = false
+	f.vm.resync(ctx, pod.UID) // still published: tried again
+	if publishes != 4 {
+		t.Errorf("%d publishes, want 4", publishes)
 	}
 }
 

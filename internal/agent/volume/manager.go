@@ -266,6 +266,7 @@ func (vm *Manager) resync(ctx context.Context, uid types.UID) {
 			vm.cfg.Log.Info("volume updated", "pod", pod.Namespace+"/"+pod.Name, "volume", v.Name)
 		}
 	}
+	vm.republishCSI(ctx, pod, pv)
 	vm.expandPublished(ctx, pod, pv)
 }
 
