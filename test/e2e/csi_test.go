@@ -15,6 +15,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/ptr"
 
@@ -105,6 +106,41 @@ func TestCSIVolumes(t *testing.T) {
 	if !slices.Contains(mounts.Points(), published.Target) {
 		t.Errorf("the published volume %s is not mounted", published.Target)
 	}
+
+	// requiresRepublish: once the CSIDriver asks for it, the running pod's
+	// next resync (at once on a change of the pod: a label) publishes its
+	// volume again; then it is turned off for the rest of the test.
+	setRepublish := func(on bool) {
+		t.Helper()
+		cd, err := p.Admin.StorageV1().CSIDrivers().Get(ctx, driverName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cd.Spec.RequiresRepublish = ptr.To(on)
+		if _, err := p.Admin.StorageV1().CSIDrivers().Update(ctx, cd, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishes := func() int {
+		n := 0
+		for _, c := range d.calls(t) {
+			if c.Method == "NodePublishVolume" && c.VolumeID == "vol-1" {
+				n++
+			}
+		}
+		return n
+	}
+	before := publishes()
+	setRepublish(true)
+	patch := []byte(`{"metadata":{"labels":{"republish":"yes"}}}`)
+	if _, err := p.Admin.CoreV1().Pods(ns).Patch(ctx, "writer", types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// 2 min: the label's resync at once, else the periodic one (1 min).
+	Eventually(t, 2*time.Minute, "NodePublishVolume of vol-1 again once its driver requires republish", func() (bool, error) {
+		return publishes() > before, nil
+	})
+	setRepublish(false)
 
 	// Deleted, the pod leaves the API only once its volume is unpublished
 	// and unstaged (no other pod uses it): while the driver fails
