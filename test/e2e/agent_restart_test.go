@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,7 +61,22 @@ func TestAgentRestartKeepsRunningPod(t *testing.T) {
 	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	p.waitLogs(t, ns, "reader", "c", 90*time.Second, "file=after")
+	// The kubelet's ConfigMap volumes follow within its sync period and
+	// cache TTL (upstream's specs wait minutes): here the watch's refresh,
+	// or the volume manager's periodic resync (a minute), which adopts the
+	// pod if its first refresh after the restart did not. On failure the
+	// log's volume lines say which happened.
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(p.DataDir, "podvisor.log"))
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, "adopt") || strings.Contains(l, "volume") {
+					t.Log(l)
+				}
+			}
+		}
+	})
+	p.waitLogs(t, ns, "reader", "c", 3*time.Minute, "file=after")
 	if got, err := p.Admin.CoreV1().Pods(ns).Get(ctx, "reader", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	} else if cs := containerStatus(got, "c"); cs == nil || cs.RestartCount != 0 {
