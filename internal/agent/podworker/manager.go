@@ -333,9 +333,16 @@ func updateInstance(list []runtime.Status, st runtime.Status) bool {
 
 // UpdatePod is called for every add or update of a pod bound to this node.
 func (m *Manager) UpdatePod(pod *v1.Pod) {
-	if w, created := m.ensureWorker(pod); !created {
+	w, created := m.ensureWorker(pod)
+	if !created {
 		w.update(pod)
+		return
 	}
+	// A pod the agent found running (a restart) has its volumes adopted
+	// now, not at the volume manager's next periodic resync: its ConfigMap
+	// volumes waited a minute or more for it. For a new pod this finds no
+	// volumes yet and does nothing.
+	m.vols.Refresh(pod.UID)
 }
 
 // ensureWorker returns the pod's worker, making and running one (with the
