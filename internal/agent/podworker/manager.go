@@ -333,35 +333,38 @@ func updateInstance(list []runtime.Status, st runtime.Status) bool {
 
 // UpdatePod is called for every add or update of a pod bound to this node.
 func (m *Manager) UpdatePod(pod *v1.Pod) {
-	w, created := m.ensureWorker(pod)
+	w, created, found := m.ensureWorker(pod)
 	if !created {
 		w.update(pod)
 		return
 	}
-	// A pod the agent found running (a restart) has its volumes adopted
-	// now, not at the volume manager's next periodic resync: its ConfigMap
-	// volumes waited a minute or more for it. For a new pod this finds no
-	// volumes yet and does nothing.
-	m.vols.Refresh(pod.UID)
+	if found {
+		// A pod the agent found running (a restart) has its volumes
+		// adopted now, not at the volume manager's next periodic resync:
+		// its ConfigMap volumes waited a minute or more for it.
+		m.vols.Refresh(pod.UID)
+	}
 }
 
 // ensureWorker returns the pod's worker, making and running one (with the
-// re-adopted instances of the pod) if there is none yet.
-func (m *Manager) ensureWorker(pod *v1.Pod) (w *worker, created bool) {
+// re-adopted instances of the pod) if there is none yet; found says the new
+// worker took over instances the runtime already ran.
+func (m *Manager) ensureWorker(pod *v1.Pod) (w *worker, created, found bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w := m.workers[pod.UID]; w != nil {
-		return w, false
+		return w, false, false
 	}
 	var a adopted
 	if o := m.orphans[pod.UID]; o != nil {
 		a = *o
+		found = len(a.containers) > 0 || len(a.sandboxes) > 0
 	}
 	w = newWorker(m, pod, a.containers, a.sandboxes)
 	delete(m.orphans, pod.UID)
 	m.workers[pod.UID] = w
 	go w.run(m.ctx)
-	return w, true
+	return w, true, found
 }
 
 // RemovePod is called when the pod object is gone from the API (deleted by
@@ -420,7 +423,11 @@ func (m *Manager) CleanupOrphans(ctx context.Context) (pending int) {
 	}
 	for _, uid := range candidates {
 		if pod, ok := onNode[uid]; ok {
-			m.ensureWorker(pod) // the worker claims the instances; the source's copy wins if it has one
+			// The worker claims the instances; the source's copy wins if it
+			// has one.
+			if _, created, found := m.ensureWorker(pod); created && found {
+				m.vols.Refresh(uid)
+			}
 			continue
 		}
 		// The instances stay indexed until now, so that a worker made
