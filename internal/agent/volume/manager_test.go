@@ -18,10 +18,16 @@ import (
 	"github.com/podvisor/podvisor/internal/host/mounts"
 )
 
-func TestConfigMapVolumeIsWrittenThenUpdatedInPlace(t *testing.T) {
+// configMapPod is pod "cm" with volume "cfg" of ConfigMap "cm".
+func configMapPod() *v1.Pod {
 	pod := testPod("cm")
 	pod.Spec.Volumes = []v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
 		LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}}}
+	return pod
+}
+
+func TestConfigMapVolumeIsWrittenThenUpdatedInPlace(t *testing.T) {
+	pod := configMapPod()
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v1"}}
 	f := newFixture(t, pod, cm)
 	ctx := context.Background()
@@ -52,9 +58,7 @@ func TestConfigMapVolumeIsWrittenThenUpdatedInPlace(t *testing.T) {
 // on the periodic resync alike. A pod whose volumes were never set up is
 // not adopted (its SetUp does that).
 func TestVolumesSetUpBeforeARestartAreKeptCurrent(t *testing.T) {
-	pod := testPod("cm")
-	pod.Spec.Volumes = []v1.Volume{{Name: "cfg", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
-		LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}}}}
+	pod := configMapPod()
 	fresh := testPod("fresh")
 	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}, Data: map[string]string{"k": "v1"}}
 	f := newFixture(t, pod, cm)
